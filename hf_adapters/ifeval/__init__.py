@@ -1,0 +1,17 @@
+"""IFEval: the 25 instruction checks, strict and loose scoring, and their aggregates."""
+
+from .evaluation import RowResult, aggregate, compute_ifeval, loose_variants, score_row, score_rows
+from .registry import INSTRUCTIONS, IFEvalInputError, build_check, build_checks
+
+__all__ = [
+    "INSTRUCTIONS",
+    "IFEvalInputError",
+    "RowResult",
+    "aggregate",
+    "build_check",
+    "build_checks",
+    "compute_ifeval",
+    "loose_variants",
+    "score_row",
+    "score_rows",
+]

@@ -1,0 +1,212 @@
+"""The one primitive every score is built on: the NLL of continuation tokens given context tokens.
+
+Items are scored in length-sorted batches bounded by a token budget. The output layer runs only
+at scored positions, so no batch x length x vocabulary tensor of unscored positions is built, and
+log-softmax runs in float32 whatever the model's dtype. Scores do not depend on batch size, order
+or padding beyond float rounding.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from tqdm.auto import tqdm
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+logger = logging.getLogger(__name__)
+
+#: Largest number of scored positions sent through the output layer at once (bounds vocab memory).
+OUTPUT_CHUNK_POSITIONS = 2048
+#: Default token budget of one batch (rows x padded length).
+DEFAULT_MAX_BATCH_TOKENS = 16384
+
+
+@dataclass(frozen=True)
+class ContinuationScore:
+    """Likelihood of one continuation.
+
+    Attributes:
+        nll: sum of negative log-likelihoods over the scored tokens, in nats (NaN if none was scored).
+        num_tokens: number of continuation tokens scored (after truncation).
+        truncated: whether the sequence was cut to ``max_length``.
+    """
+
+    nll: float
+    num_tokens: int
+    truncated: bool
+
+    @property
+    def mean_nll(self) -> float:
+        """Mean NLL per scored token (NaN when nothing was scored)."""
+        return self.nll / self.num_tokens if self.num_tokens else math.nan
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    index: int
+    input_ids: list[int]
+    first_scored: int  # position of the first continuation token in input_ids
+    truncated: bool
+
+
+def start_token_id(tokenizer: PreTrainedTokenizerBase) -> int:
+    """The token that stands in for an empty context: BOS, or EOS when there is no BOS."""
+    for token_id in (tokenizer.bos_token_id, tokenizer.eos_token_id):
+        if token_id is not None:
+            return token_id
+    raise ValueError("The tokenizer has neither a BOS nor an EOS token to start an empty context with.")
+
+
+def model_max_length(model: PreTrainedModel) -> int | None:
+    """The longest sequence the model's position embeddings allow, if it says."""
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    for name in ("max_position_embeddings", "n_positions", "max_sequence_length"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def _prepare(
+    index: int, context: Sequence[int], continuation: Sequence[int], start_id: int, max_length: int | None
+) -> _Prepared:
+    context = list(context) or [start_id]
+    input_ids = context + list(continuation)
+    truncated = max_length is not None and len(input_ids) > max_length
+    if truncated:
+        input_ids = input_ids[:max_length]
+    return _Prepared(index, input_ids, len(context), truncated)
+
+
+def make_batches(lengths: Sequence[int], batch_size: int | None, max_batch_tokens: int | None) -> list[list[int]]:
+    """Group item indices, longest first, so that each batch holds at most ``batch_size`` rows and
+    ``max_batch_tokens`` padded tokens (always at least one row)."""
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    batches: list[list[int]] = []
+    for i in order:
+        if batches:
+            batch = batches[-1]
+            padded_tokens = lengths[batch[0]] * (len(batch) + 1)
+            fits_rows = batch_size is None or len(batch) < batch_size
+            fits_tokens = max_batch_tokens is None or padded_tokens <= max_batch_tokens
+            if fits_rows and fits_tokens:
+                batch.append(i)
+                continue
+        batches.append([i])
+    return batches
+
+
+def _logit_postprocessor(model: PreTrainedModel):
+    """Scaling or soft-capping that some architectures apply after the output layer."""
+    config = model.config
+    softcap = getattr(config, "final_logit_softcapping", None)
+    scale = getattr(config, "logit_scale", None)
+    divisor = getattr(config, "logits_scaling", None)
+
+    def postprocess(logits: torch.Tensor) -> torch.Tensor:
+        if scale:
+            logits = logits * scale
+        if divisor:
+            logits = logits / divisor
+        if softcap:
+            logits = torch.tanh(logits / softcap) * softcap
+        return logits
+
+    return postprocess
+
+
+def _unwrap(model):
+    """The transformers model inside a PEFT wrapper, or the model itself."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
+@torch.inference_mode()
+def _score_batch(model: PreTrainedModel, batch: list[_Prepared], pad_id: int) -> list[float]:
+    body, head = model.base_model, model.get_output_embeddings()
+    postprocess = _logit_postprocessor(model)
+    device = head.weight.device
+    width = max(len(item.input_ids) for item in batch)
+    input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(batch), width), dtype=torch.long)
+    rows, positions, targets = [], [], []
+    for row, item in enumerate(batch):
+        n = len(item.input_ids)
+        input_ids[row, :n] = torch.tensor(item.input_ids)
+        attention_mask[row, :n] = 1
+        # The logits at position p predict the token at p + 1.
+        scored = range(item.first_scored - 1, n - 1)
+        rows.extend([row] * len(scored))
+        positions.extend(scored)
+        targets.extend(item.input_ids[item.first_scored:])
+    hidden = body(
+        input_ids=input_ids.to(device), attention_mask=attention_mask.to(device), use_cache=False
+    ).last_hidden_state
+    hidden = hidden[torch.tensor(rows, device=device), torch.tensor(positions, device=device)]
+    targets_t = torch.tensor(targets, device=device)
+    token_nll = torch.empty(len(targets), dtype=torch.float64, device=device)
+    for start in range(0, len(targets), OUTPUT_CHUNK_POSITIONS):
+        stop = start + OUTPUT_CHUNK_POSITIONS
+        logits = postprocess(head(hidden[start:stop])).float()
+        token_nll[start:stop] = torch.nn.functional.cross_entropy(logits, targets_t[start:stop], reduction="none")
+    sums = torch.zeros(len(batch), dtype=torch.float64, device=device)
+    sums.index_add_(0, torch.tensor(rows, device=device), token_nll)
+    return sums.tolist()
+
+
+def score_continuations(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    items: Sequence[tuple[Sequence[int], Sequence[int]]],
+    *,
+    max_length: int | None = None,
+    batch_size: int | None = 16,
+    max_batch_tokens: int | None = DEFAULT_MAX_BATCH_TOKENS,
+    progress: bool | None = None,
+    desc: str = "Scoring",
+) -> list[ContinuationScore]:
+    """Score each (context ids, continuation ids) pair; results come back in input order.
+
+    An empty context is replaced by the start token (BOS, else EOS), so the first continuation
+    token is always scored. Sequences longer than ``max_length`` (default: the model's position
+    limit) are right-truncated, keeping the context; an item left with no scored token gets NaN
+    and a warning.
+
+    Example:
+        >>> from hf_adapters import load_model, score_continuations
+        >>> model, tokenizer = load_model()
+        >>> question = tokenizer("Capital of France?", add_special_tokens=False).input_ids
+        >>> answer = tokenizer(" Paris", add_special_tokens=False).input_ids
+        >>> [score] = score_continuations(model, tokenizer, [(question, answer)])
+        >>> score.num_tokens == len(answer)
+        True
+    """
+    model = _unwrap(model)
+    if max_length is None:
+        max_length = model_max_length(model)
+    start_id = start_token_id(tokenizer)
+    prepared = [_prepare(i, ctx, cont, start_id, max_length) for i, (ctx, cont) in enumerate(items)]
+    results: list[ContinuationScore | None] = [None] * len(prepared)
+    scorable = []
+    for item in prepared:
+        if len(item.input_ids) > item.first_scored:
+            scorable.append(item)
+            continue
+        reason = "the context fills max_length" if item.truncated else "the continuation is empty"
+        logger.warning("Item %d has no token to score (%s); its score is NaN.", item.index, reason)
+        results[item.index] = ContinuationScore(math.nan, 0, item.truncated)
+
+    batches = make_batches([len(item.input_ids) for item in scorable], batch_size, max_batch_tokens)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else start_id
+    show = progress if progress is not None else len(batches) > 8
+    with tqdm(total=sum(len(item.input_ids) for item in scorable), desc=desc, unit="tok",
+              disable=not show) as bar:
+        for batch_indices in batches:
+            batch = [scorable[i] for i in batch_indices]
+            for item, nll in zip(batch, _score_batch(model, batch, pad_id), strict=True):
+                results[item.index] = ContinuationScore(nll, len(item.input_ids) - item.first_scored, item.truncated)
+            bar.update(sum(len(item.input_ids) for item in batch))
+    return results  # type: ignore[return-value]

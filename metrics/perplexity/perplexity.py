@@ -1,0 +1,94 @@
+"""Perplexity of texts under a causal language model, batched exactly on the shared core of `hf_adapters`."""
+
+import datasets
+import evaluate
+
+from hf_adapters.models import DEFAULT_MODEL_ID
+from hf_adapters.perplexity import check_texts, compute_perplexity
+
+_CITATION = """\
+@article{jelinek1977perplexity,
+  title={Perplexity--a measure of the difficulty of speech recognition tasks},
+  author={Jelinek, Fred and Mercer, Robert L and Bahl, Lalit R and Baker, James K},
+  journal={The Journal of the Acoustical Society of America},
+  volume={62},
+  number={S1},
+  pages={S63--S63},
+  year={1977}
+}
+"""
+
+_DESCRIPTION = """\
+Perplexity is the exponentiated mean negative log-likelihood of a text's tokens under a causal
+language model: lower means the model finds the text more predictable. This module is a drop-in
+replacement for evaluate's `perplexity` metric (same arguments, keys and numbers) that loads the
+model once per process, batches texts of similar length together and computes the output layer
+only where a token is scored.
+"""
+
+_KWARGS_DESCRIPTION = """
+Args:
+    predictions (list of str): the texts to score. An empty text gets NaN.
+    model_id (str): a hub id, a local model directory or a local `.gguf` file. Defaults to
+        HuggingFaceTB/SmolLM2-135M-Instruct, read offline from the embedded GGUF copy.
+    batch_size (int): the most texts in one forward pass. Defaults to 16.
+    add_start_token (bool): prepend the start token (BOS, else EOS) so the first token is scored.
+        Defaults to True.
+    device (str): anything torch accepts ("cpu", "cuda", "cuda:1"). Defaults to accelerate's device.
+    max_length (int): right-truncate each text (start token included) to this many tokens.
+        Defaults to the model's position limit.
+    dtype (str): "float32" (default on CPU), "bfloat16" (default on CUDA, approximate) or "float16".
+    model, tokenizer: an already loaded model and tokenizer (e.g. a PEFT model), used instead of `model_id`.
+Returns:
+    perplexities (list of float): one per text.
+    mean_perplexity (float): the mean of the per-text perplexities (over texts that have a score).
+    corpus_perplexity (float): exp(total NLL / total scored tokens).
+Examples:
+    >>> perplexity = evaluate.load("./metrics/perplexity")
+    >>> results = perplexity.compute(predictions=["The cat sat on the mat.", "Colorless green ideas."])
+    >>> sorted(results)
+    ['corpus_perplexity', 'mean_perplexity', 'perplexities']
+"""
+
+
+@evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
+class Perplexity(evaluate.Metric):
+    def _info(self):
+        return evaluate.MetricInfo(
+            module_type="metric",
+            description=_DESCRIPTION,
+            citation=_CITATION,
+            inputs_description=_KWARGS_DESCRIPTION,
+            features=datasets.Features({"predictions": datasets.Value("string")}),
+            reference_urls=["https://huggingface.co/docs/transformers/perplexity"],
+        )
+
+    def compute(self, *, predictions=None, references=None, **kwargs):
+        """Check the rows before evaluate casts them, so a bad row gets an error naming it."""
+        if predictions is not None:
+            check_texts(predictions)
+        return super().compute(predictions=predictions, references=references, **kwargs)
+
+    def _compute(
+        self,
+        predictions,
+        model_id=DEFAULT_MODEL_ID,
+        batch_size=16,
+        add_start_token=True,
+        device=None,
+        max_length=None,
+        dtype=None,
+        model=None,
+        tokenizer=None,
+    ):
+        return compute_perplexity(
+            predictions,
+            model_id=model_id,
+            batch_size=batch_size,
+            add_start_token=add_start_token,
+            device=device,
+            max_length=max_length,
+            dtype=dtype,
+            model=model,
+            tokenizer=tokenizer,
+        )

@@ -1,0 +1,153 @@
+"""The shared likelihood core against the naive one-at-a-time reference."""
+
+import logging
+import math
+import random
+
+import pytest
+import torch
+
+from hf_adapters.likelihood import (
+    OUTPUT_CHUNK_POSITIONS,
+    make_batches,
+    score_continuations,
+    start_token_id,
+)
+from tests.conftest import build_model, build_tokenizer, naive_nll
+
+TEXTS = [
+    ("Write a poem about the sea.", " The sea is wide and deep, it sings."),
+    ("", "The quick brown fox jumps over the lazy dog."),
+    ("Summarise:", " Cats."),
+    ("A much longer context sentence that keeps going for a while, " * 3, " and then an answer."),
+    ("短い", " 敏捷的棕色狐狸 🦊"),
+]
+
+
+def encode(tokenizer, pairs):
+    return [
+        (tokenizer(c, add_special_tokens=False).input_ids, tokenizer(a, add_special_tokens=False).input_ids)
+        for c, a in pairs
+    ]
+
+
+def assert_matches_naive(model, tokenizer, items, scores, max_length=None):
+    start = start_token_id(tokenizer)
+    for (context, continuation), score in zip(items, scores, strict=True):
+        expected, count = naive_nll(model, context, continuation, start, max_length)
+        assert score.num_tokens == count
+        assert score.nll == pytest.approx(expected, rel=1e-5, nan_ok=True)
+
+
+@pytest.mark.parametrize("batch_size", [1, 2, 3, 16])
+def test_scores_equal_naive_reference_for_any_batch_size(model, tokenizer, batch_size):
+    items = encode(tokenizer, TEXTS)
+    scores = score_continuations(model, tokenizer, items, batch_size=batch_size)
+    assert_matches_naive(model, tokenizer, items, scores)
+
+
+def test_scores_do_not_depend_on_order_or_token_budget(model, tokenizer):
+    items = encode(tokenizer, TEXTS * 3)
+    reference = score_continuations(model, tokenizer, items, batch_size=1)
+    order = list(range(len(items)))
+    random.Random(0).shuffle(order)
+    shuffled = score_continuations(model, tokenizer, [items[i] for i in order], batch_size=7, max_batch_tokens=90)
+    for position, i in enumerate(order):
+        assert shuffled[position].nll == pytest.approx(reference[i].nll, rel=1e-5)
+
+
+def test_empty_context_is_replaced_by_bos_so_first_token_is_scored(model, tokenizer):
+    continuation = tokenizer("hello", add_special_tokens=False).input_ids
+    [score] = score_continuations(model, tokenizer, [([], continuation)])
+    [explicit] = score_continuations(model, tokenizer, [([tokenizer.bos_token_id], continuation)])
+    assert score.num_tokens == len(continuation)
+    assert score.nll == pytest.approx(explicit.nll, rel=1e-6)
+
+
+def test_start_token_falls_back_to_eos_without_bos():
+    tokenizer = build_tokenizer(bos=False, pad=False)
+    model = build_model(len(tokenizer))
+    assert start_token_id(tokenizer) == tokenizer.eos_token_id
+    items = encode(tokenizer, TEXTS)
+    scores = score_continuations(model, tokenizer, items, batch_size=4)
+    assert_matches_naive(model, tokenizer, items, scores)
+
+
+def test_truncation_keeps_context_and_scores_the_remaining_continuation(model, tokenizer):
+    items = encode(tokenizer, TEXTS)
+    scores = score_continuations(model, tokenizer, items, max_length=12, batch_size=4)
+    assert_matches_naive(model, tokenizer, items, scores, max_length=12)
+    assert any(score.truncated for score in scores)
+
+
+def test_item_without_scored_token_gets_nan_and_leaves_neighbours_alone(model, tokenizer, caplog):
+    items = encode(tokenizer, TEXTS)
+    long_context = (list(range(5, 25)), [30, 31])
+    empty_answer = (items[0][0], [])
+    with caplog.at_level(logging.WARNING):
+        scores = score_continuations(
+            model, tokenizer, [items[0], long_context, empty_answer, items[1]], max_length=16, batch_size=4
+        )
+    assert math.isnan(scores[1].nll) and scores[1].truncated
+    assert math.isnan(scores[2].nll) and not scores[2].truncated
+    assert "no token to score" in caplog.text
+    assert_matches_naive(model, tokenizer, [items[0], items[1]], [scores[0], scores[3]], max_length=16)
+
+
+def test_default_max_length_is_the_model_position_limit(tokenizer):
+    model = build_model(len(tokenizer), max_position_embeddings=32)
+    items = encode(tokenizer, [("", "word " * 100)])
+    [score] = score_continuations(model, tokenizer, items)
+    assert score.truncated and score.num_tokens == 31
+
+
+def test_output_layer_runs_only_at_scored_positions(model, tokenizer):
+    items = encode(tokenizer, TEXTS)
+    seen_rows = []
+    hook = model.get_output_embeddings().register_forward_hook(
+        lambda module, inputs, output: seen_rows.append(inputs[0].shape)
+    )
+    try:
+        score_continuations(model, tokenizer, items, batch_size=16)
+    finally:
+        hook.remove()
+    scored = sum(len(continuation) for _, continuation in items)
+    assert all(len(shape) == 2 for shape in seen_rows)
+    assert sum(shape[0] for shape in seen_rows) == scored
+
+
+def test_output_layer_is_chunked_for_large_vocabularies(model, tokenizer, monkeypatch):
+    monkeypatch.setattr("hf_adapters.likelihood.OUTPUT_CHUNK_POSITIONS", 5)
+    items = encode(tokenizer, TEXTS)
+    chunk_sizes = []
+    hook = model.get_output_embeddings().register_forward_hook(
+        lambda module, inputs, output: chunk_sizes.append(inputs[0].shape[0])
+    )
+    try:
+        scores = score_continuations(model, tokenizer, items)
+    finally:
+        hook.remove()
+    assert max(chunk_sizes) <= 5 < OUTPUT_CHUNK_POSITIONS
+    assert_matches_naive(model, tokenizer, items, scores)
+
+
+def test_bfloat16_model_scores_log_softmax_in_float32(tokenizer):
+    model = build_model(len(tokenizer)).to(torch.bfloat16)
+    items = encode(tokenizer, TEXTS)
+    scores = score_continuations(model, tokenizer, items)
+    reference = build_model(len(tokenizer))
+    start = start_token_id(tokenizer)
+    for (context, continuation), score in zip(items, scores, strict=True):
+        expected, _ = naive_nll(reference, context, continuation, start)
+        assert math.isfinite(score.nll)
+        assert score.nll == pytest.approx(expected, rel=0.05)
+
+
+def test_batches_are_longest_first_within_row_and_token_budgets():
+    lengths = [3, 10, 7, 7, 2, 9]
+    batches = make_batches(lengths, batch_size=2, max_batch_tokens=18)
+    assert [i for batch in batches for i in batch] == [1, 5, 2, 3, 0, 4]
+    for batch in batches:
+        assert len(batch) <= 2
+        assert len(batch) == 1 or lengths[batch[0]] * len(batch) <= 18
+    assert make_batches([50], batch_size=4, max_batch_tokens=10) == [[0]]
