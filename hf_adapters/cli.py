@@ -1,0 +1,27 @@
+"""The ``hf-adapters`` command line (also ``python -m hf_adapters``)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from collections.abc import Sequence
+
+from . import demo, parity_command, score_command
+
+SUBCOMMANDS = [demo, parity_command, score_command]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="hf-adapters", description="Exact, batched language-model scores for language data."
+    )
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    for module in SUBCOMMANDS:
+        module.add_parser(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    args = build_parser().parse_args(argv)
+    return args.run(args) or 0

