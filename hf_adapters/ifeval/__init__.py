@@ -1,16 +1,21 @@
 """IFEval: the 25 instruction checks, strict and loose scoring, and their aggregates."""
 
+from .columns import add_ifeval_columns
 from .evaluation import RowResult, aggregate, compute_ifeval, loose_variants, score_row, score_rows
 from .registry import INSTRUCTIONS, IFEvalInputError, build_check, build_checks
+from .scorer import demo_rows, ifeval_row_score
 
 __all__ = [
     "INSTRUCTIONS",
     "IFEvalInputError",
     "RowResult",
+    "add_ifeval_columns",
     "aggregate",
     "build_check",
     "build_checks",
     "compute_ifeval",
+    "demo_rows",
+    "ifeval_row_score",
     "loose_variants",
     "score_row",
     "score_rows",

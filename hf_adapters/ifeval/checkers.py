@@ -46,7 +46,7 @@ def keyword_existence(text: str, keywords: Sequence[str]) -> bool:
 
 def keyword_frequency(text: str, keyword: str, frequency: int, relation: str) -> bool:
     """The keyword's case-insensitive occurrences (regex, no word boundaries) compare to ``frequency``."""
-    return _compare(len(re.findall(keyword, text, re.IGNORECASE)), relation, frequency)
+    return _compare(len(re.findall(keyword.strip(), text, re.IGNORECASE)), relation, frequency)
 
 
 def forbidden_words(text: str, forbidden_words: Sequence[str]) -> bool:
@@ -122,6 +122,7 @@ def number_placeholders(text: str, num_placeholders: int) -> bool:
 
 def postscript(text: str, postscript_marker: str) -> bool:
     """Some line holds the marker (case-insensitive); ``"P.P.S."`` also satisfies ``"P.S."``."""
+    postscript_marker = postscript_marker.strip()
     if postscript_marker == "P.P.S":
         pattern = r"\s*p\.\s?p\.\s?s.*$"
     elif postscript_marker == "P.S.":
@@ -154,7 +155,7 @@ def number_highlighted_sections(text: str, num_highlights: int) -> bool:
 
 def multiple_sections(text: str, section_spliter: str, num_sections: int) -> bool:
     """At least ``num_sections`` markers such as "SECTION 1" (case-sensitive, anywhere)."""
-    return len(re.split(r"\s?" + section_spliter + r"\s?\d+\s?", text)) - 1 >= num_sections
+    return len(re.split(r"\s?" + section_spliter.strip() + r"\s?\d+\s?", text)) - 1 >= num_sections
 
 
 def json_format(text: str) -> bool:

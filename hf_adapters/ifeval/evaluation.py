@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .registry import IFEvalInputError, build_checks, where
+from .registry import IFEvalInputError, row_checks, where
 
 
 @dataclass(frozen=True)
@@ -56,17 +56,12 @@ def score_checks(response: str, checks: Sequence[Callable[[str], bool]]) -> tupl
 
 def score_row(response: str, row: Mapping[str, Any], *, index: int | None = None) -> RowResult:
     """Score one response against one IFEval row (``instruction_id_list``, ``kwargs``, optional ``key``)."""
-    if not isinstance(row, Mapping):
-        raise IFEvalInputError(f"an IFEval reference{where(index, None)} must be a dict, got {type(row).__name__}")
-    key = row.get("key")
-    if "instruction_id_list" not in row:
-        raise IFEvalInputError(f"IFEval reference{where(index, key)} has no 'instruction_id_list'")
-    instruction_ids = row["instruction_id_list"]
-    checks = build_checks(instruction_ids, row.get("kwargs"), row=index, key=key)
+    checks = row_checks(row, index=index)
     if not isinstance(response, str):
-        raise IFEvalInputError(f"the response{where(index, key)} must be a string, got {type(response).__name__}")
+        at = where(index, row.get("key"))
+        raise IFEvalInputError(f"the response{at} must be a string, got {type(response).__name__}")
     strict, loose = score_checks(response, checks)
-    return RowResult(tuple(instruction_ids), tuple(strict), tuple(loose))
+    return RowResult(tuple(row["instruction_id_list"]), tuple(strict), tuple(loose))
 
 
 def score_rows(responses: Sequence[str], rows: Sequence[Mapping[str, Any]]) -> list[RowResult]:

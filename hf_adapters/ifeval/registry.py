@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +38,18 @@ def _strings(value: Any) -> tuple[str, ...]:
     return tuple(_string(item) for item in value)
 
 
+def _pattern(value: Any) -> str:
+    try:
+        re.compile(_string(value))
+    except re.error as error:
+        raise ValueError(f"not a valid regular expression {value!r}: {error}") from None
+    return value
+
+
+def _patterns(value: Any) -> tuple[str, ...]:
+    return tuple(_pattern(item) for item in _strings(value))
+
+
 def _relation(value: Any) -> str:
     if value not in RELATIONS:
         raise ValueError(f"expected one of {list(RELATIONS)}, got {value!r}")
@@ -58,11 +71,11 @@ class InstructionSpec:
 
 
 INSTRUCTIONS: dict[str, InstructionSpec] = {
-    "keywords:existence": InstructionSpec(checkers.keyword_existence, {"keywords": _strings}),
+    "keywords:existence": InstructionSpec(checkers.keyword_existence, {"keywords": _patterns}),
     "keywords:frequency": InstructionSpec(
-        checkers.keyword_frequency, {"keyword": _string, "frequency": _integer, "relation": _relation}
+        checkers.keyword_frequency, {"keyword": _pattern, "frequency": _integer, "relation": _relation}
     ),
-    "keywords:forbidden_words": InstructionSpec(checkers.forbidden_words, {"forbidden_words": _strings}),
+    "keywords:forbidden_words": InstructionSpec(checkers.forbidden_words, {"forbidden_words": _patterns}),
     "keywords:letter_frequency": InstructionSpec(
         checkers.letter_frequency, {"letter": _letter, "let_frequency": _integer, "let_relation": _relation}
     ),
@@ -70,9 +83,7 @@ INSTRUCTIONS: dict[str, InstructionSpec] = {
     "length_constraints:number_sentences": InstructionSpec(
         checkers.number_sentences, {"num_sentences": _integer, "relation": _relation}
     ),
-    "length_constraints:number_paragraphs": InstructionSpec(
-        checkers.number_paragraphs, {"num_paragraphs": _integer}
-    ),
+    "length_constraints:number_paragraphs": InstructionSpec(checkers.number_paragraphs, {"num_paragraphs": _integer}),
     "length_constraints:number_words": InstructionSpec(
         checkers.number_words, {"num_words": _integer, "relation": _relation}
     ),
@@ -83,16 +94,14 @@ INSTRUCTIONS: dict[str, InstructionSpec] = {
     "detectable_content:number_placeholders": InstructionSpec(
         checkers.number_placeholders, {"num_placeholders": _integer}
     ),
-    "detectable_content:postscript": InstructionSpec(checkers.postscript, {"postscript_marker": _string}),
-    "detectable_format:number_bullet_lists": InstructionSpec(
-        checkers.number_bullet_lists, {"num_bullets": _integer}
-    ),
+    "detectable_content:postscript": InstructionSpec(checkers.postscript, {"postscript_marker": _pattern}),
+    "detectable_format:number_bullet_lists": InstructionSpec(checkers.number_bullet_lists, {"num_bullets": _integer}),
     "detectable_format:constrained_response": InstructionSpec(checkers.constrained_response, {}),
     "detectable_format:number_highlighted_sections": InstructionSpec(
         checkers.number_highlighted_sections, {"num_highlights": _integer}
     ),
     "detectable_format:multiple_sections": InstructionSpec(
-        checkers.multiple_sections, {"section_spliter": _string, "num_sections": _integer}
+        checkers.multiple_sections, {"section_spliter": _pattern, "num_sections": _integer}
     ),
     "detectable_format:json_format": InstructionSpec(checkers.json_format, {}),
     "detectable_format:title": InstructionSpec(checkers.title, {}),
@@ -132,9 +141,7 @@ def build_check(
     if kwargs is None:
         kwargs = {}
     if not isinstance(kwargs, Mapping):
-        raise IFEvalInputError(
-            f"kwargs for {instruction_id!r}{at} must be a dict, got {type(kwargs).__name__}"
-        )
+        raise IFEvalInputError(f"kwargs for {instruction_id!r}{at} must be a dict, got {type(kwargs).__name__}")
     given = {name: value for name, value in kwargs.items() if value is not None}
     unexpected = sorted(set(given) - set(spec.params))
     missing = [name for name in spec.params if name not in given]
@@ -167,10 +174,17 @@ def build_checks(
     if kwargs_list is None:
         kwargs_list = [None] * len(instruction_ids)
     if len(kwargs_list) != len(instruction_ids):
-        raise IFEvalInputError(
-            f"kwargs{at} has {len(kwargs_list)} entries for {len(instruction_ids)} instruction ids"
-        )
+        raise IFEvalInputError(f"kwargs{at} has {len(kwargs_list)} entries for {len(instruction_ids)} instruction ids")
     return [
         build_check(instruction_id, kwargs, row=row, key=key)
         for instruction_id, kwargs in zip(instruction_ids, kwargs_list, strict=True)
     ]
+
+
+def row_checks(row: Any, *, index: int | None = None) -> list[Callable[[str], bool]]:
+    """Bound checks for an IFEval row dict; IFEvalInputError naming the row and id if it is malformed."""
+    if not isinstance(row, Mapping):
+        raise IFEvalInputError(f"an IFEval reference{where(index, None)} must be a dict, got {type(row).__name__}")
+    if "instruction_id_list" not in row:
+        raise IFEvalInputError(f"IFEval reference{where(index, row.get('key'))} has no 'instruction_id_list'")
+    return build_checks(row["instruction_id_list"], row.get("kwargs"), row=index, key=row.get("key"))
