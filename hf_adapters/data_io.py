@@ -1,0 +1,84 @@
+"""Read instruction rows (``id``, ``instruction``, ``input``, ``output``) from the files people keep them in."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from datasets import Dataset, DatasetDict, load_dataset, load_from_disk
+
+#: File suffix -> datasets loader.
+LOADERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
+
+
+def read_rows(path: str | Path) -> Dataset:
+    """Load a JSONL, JSON (lines or a list of records), CSV or Parquet file, or a ``save_to_disk``
+    directory, as a ``datasets.Dataset`` in file order. Rows without an ``id`` get ``""``.
+
+    Empty CSV cells stay empty strings (not nulls), so an empty ``input`` is still an input.
+
+    Example:
+        >>> from hf_adapters.data_io import read_rows
+        >>> rows = read_rows("alpaca.json")  # doctest: +SKIP
+        >>> rows[0]["id"]  # doctest: +SKIP
+        ''
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"Data file {str(path)!r} does not exist.")
+    if path.is_dir():
+        dataset = _load_saved(path)
+    else:
+        loader = LOADERS.get(path.suffix.lower())
+        if loader is None:
+            raise ValueError(
+                f"Cannot read {str(path)!r}: unknown file type {path.suffix!r}; use one of {sorted(LOADERS)} "
+                "or a directory written by Dataset.save_to_disk."
+            )
+        options = {"keep_default_na": False} if loader == "csv" else {}
+        try:
+            dataset = load_dataset(loader, data_files=str(path), split="train", **options)
+        except Exception as error:  # datasets wraps parse errors in several types
+            raise ValueError(f"Cannot read {str(path)!r} as {loader}: {error}") from error
+    return _with_ids(dataset.with_format(None))
+
+
+def _load_saved(path: Path) -> Dataset:
+    try:
+        saved = load_from_disk(str(path))
+    except FileNotFoundError as error:
+        raise ValueError(f"{str(path)!r} is a directory but not one written by save_to_disk: {error}") from error
+    if isinstance(saved, DatasetDict):
+        if len(saved) != 1:
+            raise ValueError(
+                f"{str(path)!r} holds the splits {sorted(saved)}; point at one of them, e.g. {str(path / 'train')!r}."
+            )
+        saved = next(iter(saved.values()))
+    return saved
+
+
+def _with_ids(dataset: Dataset) -> Dataset:
+    if "id" not in dataset.column_names:
+        return dataset.add_column("id", [""] * len(dataset))
+    if dataset.data.column("id").null_count:
+        return dataset.map(lambda row: {"id": "" if row["id"] is None else row["id"]}, desc="Filling missing ids")
+    return dataset
+
+
+def data_fingerprint(path: str | Path) -> str:
+    """SHA-256 of a data file's bytes (or of every file in a directory, with their relative paths).
+
+    It depends only on content, never on modification times or cache locations, so every
+    process on every node computes the same value, and only a real change of data changes it.
+    """
+    path = Path(path)
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    digest = hashlib.sha256()
+    for file in files:
+        if path.is_dir():
+            digest.update(file.relative_to(path).as_posix().encode() + b"\0")
+        with open(file, "rb") as handle:
+            while block := handle.read(1 << 20):
+                digest.update(block)
+        digest.update(b"\0")
+    return digest.hexdigest()

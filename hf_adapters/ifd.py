@@ -1,0 +1,256 @@
+"""Instruction-Following Difficulty (IFD, Li et al., NAACL 2024): how much an instruction helps a
+model predict its answer, as the ratio of the answer's conditional to its direct perplexity.
+
+Both passes score exactly the same answer tokens: the conditional pass after the prompt, the
+direct pass after the start token alone. Both go through one call of the shared core, so they
+share its length-sorted batching and it runs the output layer only at answer positions.
+
+The reference scripts differ at the token level: Cherry_LLM and Superfiltering find the answer by
+re-tokenizing the prompt string and truncate the direct pass by an estimate, and Superfiltering's
+direct pass (GPT-2, no BOS) never scores the first answer token. Here the answer ids are computed
+once and shared by both passes; see ``metrics/ifd/README.md`` for the full comparison.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from .likelihood import ContinuationScore, model_max_length, score_continuations
+from .models import DEFAULT_MODEL_ID, model_and_tokenizer
+
+logger = logging.getLogger(__name__)
+
+#: The seed's ChatML prompt for rows with an input.
+DEFAULT_TEMPLATE = "<|im_start|>user\n{instruction}\n{input}<|im_end|>\n<|im_start|>assistant\n"
+#: The seed's ChatML prompt for rows without an input.
+DEFAULT_TEMPLATE_NO_INPUT = "<|im_start|>user\n{instruction}<|im_end|>\n<|im_start|>assistant\n"
+#: Pass as ``template`` to use the tokenizer's own chat template.
+CHAT_TEMPLATE = "chat"
+#: ``ppl_ratio``: PPL(A|Q) / PPL(A); ``loss_ratio``: mean NLL(A|Q) / mean NLL(A).
+MODES = ("ppl_ratio", "loss_ratio")
+
+
+def check_ifd_inputs(
+    instructions: Sequence, outputs: Sequence, inputs: Sequence | None = None
+) -> list[str]:
+    """Validate the three columns and return the inputs as strings (``None`` or omitted: empty).
+
+    Raises a ValueError for unequal lengths and a TypeError naming the first non-string row.
+    """
+    columns = {"instructions": instructions, "outputs": outputs}
+    if inputs is not None:
+        columns["inputs"] = inputs
+    for name, column in columns.items():
+        if isinstance(column, str):
+            raise TypeError(f"`{name}` must be a list of strings, not a single string.")
+    lengths = {name: len(column) for name, column in columns.items()}
+    if len(set(lengths.values())) > 1:
+        raise ValueError(f"`instructions`, `outputs` and `inputs` must have the same length, got {lengths}.")
+    for name, column in columns.items():
+        for row, value in enumerate(column):
+            if not isinstance(value, str) and not (name == "inputs" and value is None):
+                raise TypeError(f"`{name}`[{row}] must be a string, got {type(value).__name__}: {value!r:.80}")
+    return [value or "" for value in inputs] if inputs is not None else [""] * len(instructions)
+
+
+def check_templates(template: str, template_no_input: str) -> None:
+    """Raise a ValueError unless both templates format with the fields they are given."""
+    if template != CHAT_TEMPLATE:
+        try:
+            template.format(instruction="", input="")
+        except (KeyError, IndexError, ValueError) as error:
+            raise ValueError(f"`template` must use only {{instruction}} and {{input}}: {error!r}") from None
+        try:
+            template_no_input.format(instruction="")
+        except (KeyError, IndexError, ValueError) as error:
+            raise ValueError(f"`template_no_input` must use only {{instruction}}: {error!r}") from None
+
+
+def prompt_text(
+    tokenizer: PreTrainedTokenizerBase,
+    instruction: str,
+    input: str,
+    template: str = DEFAULT_TEMPLATE,
+    template_no_input: str = DEFAULT_TEMPLATE_NO_INPUT,
+) -> str:
+    """The prompt of one row: ``template`` with an input, ``template_no_input`` without; with
+    ``template="chat"`` the tokenizer's chat template rendered for one user message."""
+    if template == CHAT_TEMPLATE:
+        content = f"{instruction}\n{input}" if input else instruction
+        return tokenizer.apply_chat_template(
+            [{"role": "user", "content": content}], tokenize=False, add_generation_prompt=True
+        )
+    if input:
+        return template.format(instruction=instruction, input=input)
+    return template_no_input.format(instruction=instruction)
+
+
+def ifd_items(
+    tokenizer: PreTrainedTokenizerBase,
+    instructions: Sequence[str],
+    outputs: Sequence[str],
+    inputs: Sequence[str],
+    *,
+    template: str = DEFAULT_TEMPLATE,
+    template_no_input: str = DEFAULT_TEMPLATE_NO_INPUT,
+    max_length: int | None = None,
+    first_row: int = 0,
+) -> tuple[list[tuple[list[int], list[int]] | None], int]:
+    """Per row, the conditional (prompt ids, answer ids) pair with the answer cut so the pair fits
+    ``max_length``, or None for a row with nothing to score (a warning names it, counting from
+    ``first_row``); and the number of truncated rows."""
+    if not outputs:
+        return [], 0
+    rows = zip(instructions, inputs, strict=True)
+    prompts = [prompt_text(tokenizer, instruction, input, template, template_no_input) for instruction, input in rows]
+    # The prompt keeps the tokenizer's default special tokens; a rendered chat template already holds its own.
+    contexts = tokenizer(prompts, add_special_tokens=template != CHAT_TEMPLATE).input_ids
+    answers = tokenizer(list(outputs), add_special_tokens=False).input_ids
+    items: list[tuple[list[int], list[int]] | None] = []
+    truncated = 0
+    for row, (context, answer) in enumerate(zip(contexts, answers, strict=True), start=first_row):
+        # An empty context becomes the one start token in the core.
+        room = None if max_length is None else max_length - max(len(context), 1)
+        if not answer:
+            logger.warning("Row %d has an empty output; its IFD is NaN.", row)
+            items.append(None)
+        elif room is not None and room <= 0:
+            logger.warning("Row %d: the prompt (%d tokens) fills max_length=%d; its IFD is NaN.",
+                           row, len(context), max_length)
+            items.append(None)
+        else:
+            if room is not None and len(answer) > room:
+                answer = answer[:room]
+                truncated += 1
+            items.append((context, answer))
+    return items, truncated
+
+
+def perplexity(score: ContinuationScore) -> float:
+    """exp of the mean NLL (inf rather than an error past float range)."""
+    return float(np.exp(score.mean_nll))
+
+
+def ifd_ratio(conditional: ContinuationScore, direct: ContinuationScore, mode: str = "ppl_ratio") -> float:
+    """IFD of one row from its two scores of the same answer tokens."""
+    if mode == "ppl_ratio":
+        return perplexity(conditional) / perplexity(direct)
+    return conditional.mean_nll / direct.mean_nll if direct.mean_nll else math.nan
+
+
+def score_ifd(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    instructions: Sequence[str],
+    outputs: Sequence[str],
+    inputs: Sequence[str],
+    *,
+    template: str = DEFAULT_TEMPLATE,
+    template_no_input: str = DEFAULT_TEMPLATE_NO_INPUT,
+    max_length: int | None = 2048,
+    batch_size: int = 16,
+    mode: str = "ppl_ratio",
+    progress: bool | None = None,
+    first_row: int = 0,
+) -> dict:
+    """IFD of validated rows with a loaded model: the body of :func:`compute_ifd`."""
+    if template == CHAT_TEMPLATE and not tokenizer.chat_template:
+        raise ValueError("template='chat' needs a tokenizer with a chat template; this one has none.")
+    limit = model_max_length(model)
+    if limit is not None and (max_length is None or max_length > limit):
+        max_length = limit
+    items, truncated = ifd_items(
+        tokenizer, instructions, outputs, inputs,
+        template=template, template_no_input=template_no_input, max_length=max_length, first_row=first_row,
+    )
+    if truncated:
+        logger.warning("%d row(s) were longer than max_length=%s; their outputs were truncated.", truncated, max_length)
+    valid = [item for item in items if item is not None]
+    # One call for both passes: the direct pass reuses the (truncated) answer ids after an empty context.
+    scores = score_continuations(
+        model, tokenizer, valid + [([], answer) for _, answer in valid],
+        max_length=max_length, batch_size=batch_size, progress=progress, desc="IFD",
+    )
+    pairs = iter(zip(scores[: len(valid)], scores[len(valid):], strict=True))
+    ifd, conditional_ppl, direct_ppl = [], [], []
+    for item in items:
+        if item is None:
+            ifd.append(math.nan)
+            conditional_ppl.append(math.nan)
+            direct_ppl.append(math.nan)
+            continue
+        conditional, direct = next(pairs)
+        ifd.append(ifd_ratio(conditional, direct, mode))
+        conditional_ppl.append(perplexity(conditional))
+        direct_ppl.append(perplexity(direct))
+    finite = [score for score in ifd if not math.isnan(score)]
+    return {
+        "ifd_scores": ifd,
+        "conditional_perplexities": conditional_ppl,
+        "direct_perplexities": direct_ppl,
+        "mean_ifd": float(np.mean(finite)) if finite else math.nan,
+        "num_valid": len(finite),
+    }
+
+
+def check_options(max_length: int | None, batch_size: int, mode: str) -> None:
+    """Raise a ValueError for an unknown mode or a non-positive length or batch size."""
+    if mode not in MODES:
+        raise ValueError(f"Unknown mode {mode!r}; valid modes: {list(MODES)}")
+    if max_length is not None and (not isinstance(max_length, int) or max_length < 2):
+        raise ValueError(f"`max_length` must be an integer of at least 2 (or None), got {max_length!r}.")
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"`batch_size` must be a positive integer, got {batch_size!r}.")
+
+
+def compute_ifd(
+    instructions: Sequence[str],
+    outputs: Sequence[str],
+    inputs: Sequence[str | None] | None = None,
+    *,
+    model_id: str = DEFAULT_MODEL_ID,
+    template: str = DEFAULT_TEMPLATE,
+    template_no_input: str = DEFAULT_TEMPLATE_NO_INPUT,
+    max_length: int | None = 2048,
+    batch_size: int = 16,
+    mode: str = "ppl_ratio",
+    dtype: str | torch.dtype | None = None,
+    device: str | torch.device | None = None,
+    model: PreTrainedModel | None = None,
+    tokenizer: PreTrainedTokenizerBase | None = None,
+    progress: bool | None = None,
+) -> dict:
+    """Instruction-Following Difficulty of each (instruction, input, output) row.
+
+    The prompt is ``template.format(instruction=..., input=...)`` when the row has an input, else
+    ``template_no_input.format(instruction=...)`` (``template="chat"``: the tokenizer's chat
+    template). IFD compares the output's perplexity after the prompt, PPL(A|Q), with its perplexity
+    after the start token alone, PPL(A), over the same output tokens (cut so that prompt + output
+    fit ``max_length``). ``mode="ppl_ratio"`` returns PPL(A|Q) / PPL(A); ``mode="loss_ratio"``
+    the ratio of mean NLLs. A row with an empty output, or whose prompt fills ``max_length``, gets
+    NaN and a warning. IFD > 1 (the instruction does not help) is a valid score.
+
+    Returns ``ifd_scores``, ``conditional_perplexities``, ``direct_perplexities``, ``mean_ifd``
+    (over non-NaN scores) and ``num_valid``.
+
+    Example:
+        >>> from hf_adapters.ifd import compute_ifd
+        >>> result = compute_ifd(["Name a primary colour."], ["Red."])
+        >>> result["num_valid"]
+        1
+    """
+    input_texts = check_ifd_inputs(instructions, outputs, inputs)
+    check_templates(template, template_no_input)
+    check_options(max_length, batch_size, mode)
+    model, tokenizer = model_and_tokenizer(model_id, model, tokenizer, dtype, device)
+    return score_ifd(
+        model, tokenizer, instructions, outputs, input_texts,
+        template=template, template_no_input=template_no_input, max_length=max_length,
+        batch_size=batch_size, mode=mode, progress=progress,
+    )

@@ -1,0 +1,374 @@
+"""Score a whole data set with a row scorer: sharded over accelerate's processes, crash-safe, resumable.
+
+Layout of a job writing ``OUTPUT``: a work directory ``OUTPUT.parts/`` holds ``manifest.json``
+(what the job is: scorer config, data fingerprint, row count, chunk size, process count) and one
+append-only ``rank-00000.jsonl`` per process. The rows are cut into chunks of ``batch_size`` rows
+and every process takes a contiguous run of chunks, so each chunk is scored with the same rows
+whatever the number of processes. A process appends a chunk's lines and fsyncs them before
+starting the next chunk; after a kill, an incomplete chunk at the end of a part is dropped and
+scored again. When every part is complete, process 0 merges them in input order into
+``OUTPUT.tmp``, renames that onto ``OUTPUT`` and removes the work directory.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from accelerate import PartialState
+from accelerate.utils import broadcast_object_list, gather_object
+from datasets import Dataset
+from tqdm.auto import tqdm
+
+from .scorers import RowScorer, build_scorer
+
+logger = logging.getLogger(__name__)
+
+MANIFEST = "manifest.json"
+#: Chunk size for scorers whose config has no ``batch_size``.
+DEFAULT_CHUNK_SIZE = 16
+#: Rows converted to dicts at a time when checking a data set before scoring.
+CHECK_CHUNK_SIZE = 10_000
+#: Seconds between looks at the other processes' progress while waiting for them.
+POLL_SECONDS = 0.5
+
+
+class JobConflictError(ValueError):
+    """Partial results on disk belong to a different job (another config, data or process count)."""
+
+
+@dataclass(frozen=True)
+class JobSummary:
+    """What a scoring job did.
+
+    Attributes:
+        rows: rows in the data set (all of them are in the output).
+        valid: rows with a finite score (the others are written as ``null``).
+        seconds: wall time of this run.
+        scored: rows scored by this run; the others came from an earlier, interrupted run.
+    """
+
+    rows: int
+    valid: int
+    seconds: float
+    scored: int
+
+    @property
+    def rows_per_second(self) -> float:
+        return self.scored / self.seconds if self.seconds > 0 else 0.0
+
+    def __str__(self) -> str:
+        return f"{self.rows} rows, {self.valid} valid scores, {self.rows_per_second:.1f} rows/s"
+
+
+def work_dir_for(output_path: str | Path) -> Path:
+    """The directory holding a job's manifest and part files: ``OUTPUT.parts`` beside ``OUTPUT``."""
+    output_path = Path(output_path)
+    return output_path.with_name(output_path.name + ".parts")
+
+
+def shard_range(num_rows: int, chunk_size: int, rank: int, world_size: int) -> range:
+    """The rows process ``rank`` scores: a contiguous run of whole chunks, earlier ranks taking the remainder."""
+    per_rank, extra = divmod(math.ceil(num_rows / chunk_size), world_size)
+    first = rank * per_rank + min(rank, extra)
+    last = first + per_rank + (rank < extra)
+    return range(min(first * chunk_size, num_rows), min(last * chunk_size, num_rows))
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """True for CUDA's out-of-memory error and for the RuntimeErrors other backends raise for it."""
+    return isinstance(error, torch.cuda.OutOfMemoryError) or (
+        isinstance(error, RuntimeError) and "out of memory" in str(error)
+    )
+
+
+def score_chunk(scorer: RowScorer, rows: Sequence[Mapping[str, Any]], offset: int = 0) -> list[float]:
+    """``scorer.score_rows(rows)``; on an out-of-memory error, score each half separately instead.
+
+    Halving the rows halves the batch's token budget; it recurses down to a single row, and a row
+    that does not fit alone raises a RuntimeError naming it. No row is ever dropped.
+    """
+    try:
+        scores = scorer.score_rows(rows)
+    except RuntimeError as error:
+        if not is_out_of_memory(error):
+            raise
+        if len(rows) == 1:
+            raise RuntimeError(
+                f"Row {offset} (id={rows[0].get('id', '')!r}) runs out of memory even alone; "
+                "lower the scorer's max_length or use a device with more memory."
+            ) from error
+        message = str(error).splitlines()[0] if str(error) else type(error).__name__
+    else:
+        if len(scores) != len(rows):
+            raise RuntimeError(f"{type(scorer).__name__} returned {len(scores)} scores for {len(rows)} rows.")
+        return [float(score) for score in scores]
+    # Outside the except block, so the failed batch's tensors can be freed before the retry.
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    half = len(rows) // 2
+    logger.warning(
+        "Out of memory on rows %d-%d (%s); halving the batch and retrying as %d + %d rows.",
+        offset, offset + len(rows) - 1, message, half, len(rows) - half,
+    )
+    return score_chunk(scorer, rows[:half], offset) + score_chunk(scorer, rows[half:], offset + half)
+
+
+def run_scoring_job(
+    dataset: Dataset,
+    scorer: RowScorer,
+    output_path: str | Path,
+    *,
+    overwrite: bool = False,
+    progress: bool = True,
+    data_fingerprint: str | None = None,
+) -> JobSummary:
+    """Score every row of ``dataset`` into ``output_path`` (JSONL ``{"id": ..., "score": ...}`` in input
+    order, NaN as ``null``), sharded over the processes of ``accelerate launch`` and resumable.
+
+    Rerunning an interrupted job with the same arguments continues where it stopped and gives the
+    same file as an uninterrupted run. Partial results of a different job (another scorer config,
+    other data, another process count) raise a ``JobConflictError`` unless ``overwrite`` is set.
+    ``data_fingerprint`` identifies the data (default: ``dataset._fingerprint``); the command line
+    passes a hash of the input file. Every row is checked with ``scorer.check_rows`` before any is
+    scored. The output file appears only once complete. Every process returns the same summary.
+
+    Example:
+        >>> from hf_adapters.data_io import read_rows
+        >>> from hf_adapters.jobs import run_scoring_job
+        >>> from hf_adapters.scorers import build_scorer
+        >>> scorer = build_scorer({"name": "PPLScorer", "batch_size": 8})  # doctest: +SKIP
+        >>> print(run_scoring_job(read_rows("rows.jsonl"), scorer, "scores.jsonl"))  # doctest: +SKIP
+        1000 rows, 998 valid scores, 41.5 rows/s
+    """
+    started = time.perf_counter()
+    state = PartialState()
+    dataset = dataset.with_format(None)
+    output_path = Path(output_path)
+    work_dir = work_dir_for(output_path)
+    num_rows = len(dataset)
+    chunk_size = int(scorer.config.get("batch_size") or DEFAULT_CHUNK_SIZE)
+    shard = shard_range(num_rows, chunk_size, state.process_index, state.num_processes)
+
+    for start in range(0, num_rows, CHECK_CHUNK_SIZE):
+        scorer.check_rows(_rows(dataset, start, min(start + CHECK_CHUNK_SIZE, num_rows)), start)
+
+    manifest = {
+        "scorer": scorer.fingerprint(),
+        "data": data_fingerprint or dataset._fingerprint,
+        "rows": num_rows,
+        "chunk_size": chunk_size,
+        "processes": state.num_processes,
+    }
+    _open_work_dir(work_dir, _jsonable(manifest), overwrite, state)
+
+    part = work_dir / f"rank-{state.process_index:05d}.jsonl"
+    done = _resume_part(part, shard, chunk_size)
+    already = sum(gather_object([done])) if state.num_processes > 1 else done
+    if already and state.is_main_process:
+        logger.info("resuming: %d of %d rows already scored", already, num_rows)
+
+    bar = tqdm(total=len(shard), initial=done, unit="row", disable=not (progress and state.is_main_process),
+               desc="Scoring" if state.num_processes == 1 else f"Scoring (process 0 of {state.num_processes})")
+    with open(part, "ab") as handle, bar:
+        for start in range(shard.start + done, shard.stop, chunk_size):
+            stop = min(start + chunk_size, shard.stop)
+            rows = _rows(dataset, start, stop)
+            scores = score_chunk(scorer, rows, start)
+            handle.write(b"".join(_part_line(i, row.get("id", ""), score)
+                                  for i, (row, score) in enumerate(zip(rows, scores, strict=True), start)))
+            handle.flush()
+            os.fsync(handle.fileno())
+            bar.update(stop - start)
+    (work_dir / f"rank-{state.process_index:05d}.done").touch()
+
+    _wait_for_parts(work_dir, state.num_processes)
+    valid = None
+    if state.is_main_process:
+        valid = _merge(work_dir, output_path, num_rows, chunk_size, state.num_processes)
+    [valid] = broadcast_object_list([valid]) if state.num_processes > 1 else [valid]
+    return JobSummary(num_rows, valid, time.perf_counter() - started, num_rows - already)
+
+
+def score_dataset(
+    dataset: Dataset,
+    scorer: RowScorer | Mapping[str, Any],
+    *,
+    column: str = "score",
+    output_path: str | Path | None = None,
+    overwrite: bool = False,
+    progress: bool = True,
+) -> Dataset:
+    """Return ``dataset`` with a ``column`` of scores (NaN where a row has none).
+
+    ``scorer`` is a ``RowScorer`` or a config dict such as ``{"name": "PPLScorer"}``. With
+    ``output_path`` the work goes through ``run_scoring_job`` (resumable, sharded over the processes
+    of ``accelerate launch``; point it at storage every process sees) and the scores also stay in
+    that JSONL file; without it the job runs in a temporary directory, in one process.
+
+    Example:
+        >>> from datasets import Dataset
+        >>> from hf_adapters.jobs import score_dataset
+        >>> rows = Dataset.from_list([{"instruction": "Say hi.", "input": "", "output": "Hi!"}])
+        >>> score_dataset(rows, {"name": "PPLScorer"})["score"]  # doctest: +SKIP
+        [23.7]
+    """
+    if not isinstance(scorer, RowScorer):
+        scorer = build_scorer(scorer)
+    if "id" not in dataset.column_names:
+        work_data = dataset.add_column("id", [""] * len(dataset))
+    else:
+        work_data = dataset
+    if output_path is None:
+        if PartialState().num_processes > 1:
+            raise ValueError("Pass `output_path` (on storage every process sees) when running on several processes.")
+        with tempfile.TemporaryDirectory() as tmp:
+            return score_dataset(dataset, scorer, column=column, output_path=Path(tmp) / "scores.jsonl",
+                                 progress=progress)
+    run_scoring_job(work_data, scorer, output_path, overwrite=overwrite, progress=progress)
+    with open(output_path, encoding="utf-8") as handle:
+        scores = [json.loads(line)["score"] for line in handle]
+    return dataset.add_column(column, [math.nan if score is None else score for score in scores])
+
+
+def _rows(dataset: Dataset, start: int, stop: int) -> list[dict[str, Any]]:
+    columns = dataset[start:stop]
+    return [dict(zip(columns, values, strict=True)) for values in zip(*columns.values(), strict=True)]
+
+
+def _jsonable(value: Any) -> Any:
+    return json.loads(json.dumps(value, sort_keys=True, default=str))
+
+
+def _json_score(score: float) -> float | None:
+    return score if math.isfinite(score) else None
+
+
+def _part_line(index: int, row_id: Any, score: float) -> bytes:
+    record = {"i": index, "id": row_id, "score": _json_score(score)}
+    return (json.dumps(record, ensure_ascii=False, allow_nan=False, default=str) + "\n").encode()
+
+
+def _open_work_dir(work_dir: Path, manifest: dict[str, Any], overwrite: bool, state: PartialState) -> None:
+    """Process 0 decides between starting afresh, resuming and refusing; every process follows."""
+    decision = _decide(work_dir, manifest, overwrite) if state.is_main_process else None
+    if state.num_processes > 1:
+        [decision] = broadcast_object_list([decision])
+    if decision not in ("fresh", "resume"):
+        raise JobConflictError(decision)
+    if decision == "fresh" and state.is_main_process:
+        shutil.rmtree(work_dir, ignore_errors=True)
+        work_dir.mkdir(parents=True)
+        _write_atomically(work_dir / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    state.wait_for_everyone()
+
+
+def _decide(work_dir: Path, manifest: dict[str, Any], overwrite: bool) -> str:
+    """``"fresh"``, ``"resume"``, or the message refusing to mix with another job's results."""
+    try:
+        old = json.loads((work_dir / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return "fresh"  # no job yet, or one killed before its manifest was written (so before any score)
+    if old == manifest:
+        return "resume"
+    if overwrite:
+        logger.info("overwrite: discarding the partial results in %s", work_dir)
+        return "fresh"
+    reasons = []
+    if old.get("scorer") != manifest["scorer"]:
+        reasons.append(f"the scorer config changed (was {old.get('scorer')}, now {manifest['scorer']})")
+    if old.get("data") != manifest["data"] or old.get("rows") != manifest["rows"]:
+        reasons.append(f"the input data changed ({old.get('rows')} rows before, {manifest['rows']} now)")
+    if old.get("chunk_size") != manifest["chunk_size"] and old.get("scorer") == manifest["scorer"]:
+        reasons.append(f"the batch size changed ({old.get('chunk_size')} before, {manifest['chunk_size']} now)")
+    if old.get("processes") != manifest["processes"]:
+        reasons.append(
+            f"it ran on {old.get('processes')} processes, this run has {manifest['processes']} "
+            f"(resume with --num_processes {old.get('processes')})"
+        )
+    return (
+        f"{work_dir} holds partial results of a different job: {'; '.join(reasons) or 'its manifest differs'}. "
+        "Rerun the original job to resume it, or pass --overwrite to discard those results and start again."
+    )
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def _valid_records(path: Path, shard: range) -> Iterator[tuple[dict[str, Any], int]]:
+    """The part's records in order with the byte offset where each ends, up to the first torn line."""
+    if not path.exists():
+        return
+    offset = 0
+    with open(path, "rb") as handle:
+        for expected, line in zip(shard, handle, strict=False):  # lines past the shard are not its own
+            if not line.endswith(b"\n"):
+                return
+            try:
+                record = json.loads(line)
+            except ValueError:
+                return
+            if not isinstance(record, dict) or record.get("i") != expected or "score" not in record:
+                return
+            offset += len(line)
+            yield record, offset
+
+
+def _resume_part(part: Path, shard: range, chunk_size: int) -> int:
+    """Cut the part back to its last complete chunk; return how many of the shard's rows it holds."""
+    count, keep = 0, 0
+    for count, (_, end) in enumerate(_valid_records(part, shard), 1):
+        if count % chunk_size == 0 or count == len(shard):
+            keep = end
+    count = count if count == len(shard) else count - count % chunk_size
+    if part.exists() and part.stat().st_size != keep:
+        with open(part, "r+b") as handle:
+            handle.truncate(keep)
+            os.fsync(handle.fileno())
+    return count
+
+
+def _wait_for_parts(work_dir: Path, world_size: int) -> None:
+    """Wait, without a collective's timeout, until every process has finished its part."""
+    markers = [work_dir / f"rank-{rank:05d}.done" for rank in range(world_size)]
+    while not all(marker.exists() for marker in markers):
+        time.sleep(POLL_SECONDS)
+    PartialState().wait_for_everyone()
+
+
+def _merge(work_dir: Path, output_path: Path, num_rows: int, chunk_size: int, world_size: int) -> int:
+    """Write every part, in input order, to ``OUTPUT.tmp``, rename it onto ``OUTPUT``; return the valid count."""
+    output_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = output_path.with_name(output_path.name + ".tmp")
+    valid = 0
+    with open(tmp, "w", encoding="utf-8") as out:
+        for rank in range(world_size):
+            shard = shard_range(num_rows, chunk_size, rank, world_size)
+            count = 0
+            for record, _ in _valid_records(work_dir / f"rank-{rank:05d}.jsonl", shard):
+                out.write(json.dumps({"id": record["id"], "score": record["score"]}, ensure_ascii=False) + "\n")
+                valid += record["score"] is not None
+                count += 1
+            if count != len(shard):
+                raise RuntimeError(f"The part of process {rank} in {work_dir} holds {count} of its {len(shard)} rows.")
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(tmp, output_path)
+    shutil.rmtree(work_dir)
+    return valid

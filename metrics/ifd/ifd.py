@@ -1,0 +1,118 @@
+"""Instruction-Following Difficulty (IFD) of instruction data, computed exactly on the shared core of `hf_adapters`."""
+
+import datasets
+import evaluate
+
+from hf_adapters.ifd import DEFAULT_TEMPLATE, DEFAULT_TEMPLATE_NO_INPUT, check_ifd_inputs, compute_ifd
+from hf_adapters.models import DEFAULT_MODEL_ID
+
+_CITATION = """\
+@inproceedings{li-etal-2024-quantity,
+  title={From Quantity to Quality: Boosting {LLM} Performance with Self-Guided Data Selection for Instruction Tuning},
+  author={Li, Ming and Zhang, Yong and Li, Zhitao and Chen, Jiuhai and Chen, Lichang and Cheng, Ning and
+          Wang, Jianzong and Zhou, Tianyi and Xiao, Jing},
+  booktitle={Proceedings of the 2024 Conference of the North American Chapter of the Association for
+             Computational Linguistics: Human Language Technologies (Volume 1: Long Papers)},
+  year={2024},
+  url={https://aclanthology.org/2024.naacl-long.421}
+}
+"""
+
+_DESCRIPTION = """\
+Instruction-Following Difficulty (IFD) measures how much an instruction helps a causal language
+model predict its answer: the perplexity of the answer after the prompt, PPL(A|Q), divided by its
+perplexity after the start token alone, PPL(A), over exactly the same answer tokens. Low IFD: the
+instruction makes the answer much easier; IFD near or above 1: the instruction barely helps (or
+hurts). Both passes go through one batched call of the shared likelihood core.
+"""
+
+_KWARGS_DESCRIPTION = """
+Args:
+    instructions (list of str): the instructions (Q).
+    outputs (list of str): the answers (A). An empty answer gets NaN.
+    inputs (list of str, optional): each row's input; omitted, None or "" means no input.
+    model_id (str): a hub id, a local model directory or a local `.gguf` file. Defaults to
+        HuggingFaceTB/SmolLM2-135M-Instruct, read offline from the embedded GGUF copy.
+    template (str): the prompt of a row with an input, with `{instruction}` and `{input}`. Defaults to
+        the seed's ChatML prompt. "chat" uses the tokenizer's chat template (one user message).
+    template_no_input (str): the prompt of a row without input, with `{instruction}`.
+    max_length (int): right-truncate prompt + answer to this many tokens (default 2048; capped at the
+        model's position limit). A row whose prompt fills it gets NaN.
+    batch_size (int): the most sequences in one forward pass. Defaults to 16.
+    mode (str): "ppl_ratio" (default): PPL(A|Q) / PPL(A); "loss_ratio": mean NLL(A|Q) / mean NLL(A).
+    dtype (str): "float32" (default on CPU), "bfloat16" (default on CUDA, approximate) or "float16".
+    device (str): anything torch accepts ("cpu", "cuda", "cuda:1"). Defaults to accelerate's device.
+    model, tokenizer: an already loaded model and tokenizer, used instead of `model_id`.
+Returns:
+    ifd_scores (list of float): one per row, NaN for a row with nothing to score.
+    conditional_perplexities (list of float): PPL(A|Q) per row.
+    direct_perplexities (list of float): PPL(A) per row.
+    mean_ifd (float): the mean of the non-NaN IFD scores.
+    num_valid (int): how many rows have an IFD score.
+Examples:
+    >>> ifd = evaluate.load("./metrics/ifd")
+    >>> results = ifd.compute(
+    ...     instructions=["Name a primary colour.", "Translate to French."],
+    ...     inputs=["", "Good morning."],
+    ...     outputs=["Red.", "Bonjour."],
+    ... )
+    >>> results["num_valid"]
+    2
+"""
+
+
+@evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
+class IFD(evaluate.Metric):
+    def _info(self):
+        return evaluate.MetricInfo(
+            module_type="metric",
+            description=_DESCRIPTION,
+            citation=_CITATION,
+            inputs_description=_KWARGS_DESCRIPTION,
+            features=datasets.Features(
+                {
+                    "instructions": datasets.Value("string"),
+                    "inputs": datasets.Value("string"),
+                    "outputs": datasets.Value("string"),
+                }
+            ),
+            reference_urls=["https://aclanthology.org/2024.naacl-long.421/"],
+        )
+
+    def compute(self, instructions=None, outputs=None, inputs=None, **kwargs):
+        """Check the rows before evaluate casts them (a bad row gets an error naming it); `inputs` may be omitted."""
+        if instructions is not None or outputs is not None:
+            inputs = check_ifd_inputs(instructions or [], outputs or [], inputs)
+        return super().compute(instructions=instructions, outputs=outputs, inputs=inputs, **kwargs)
+
+    def _compute(
+        self,
+        instructions,
+        outputs,
+        inputs,
+        model_id=DEFAULT_MODEL_ID,
+        template=DEFAULT_TEMPLATE,
+        template_no_input=DEFAULT_TEMPLATE_NO_INPUT,
+        max_length=2048,
+        batch_size=16,
+        mode="ppl_ratio",
+        dtype=None,
+        device=None,
+        model=None,
+        tokenizer=None,
+    ):
+        return compute_ifd(
+            instructions,
+            outputs,
+            inputs,
+            model_id=model_id,
+            template=template,
+            template_no_input=template_no_input,
+            max_length=max_length,
+            batch_size=batch_size,
+            mode=mode,
+            dtype=dtype,
+            device=device,
+            model=model,
+            tokenizer=tokenizer,
+        )

@@ -1,0 +1,168 @@
+"""Perplexity and IFD columns through `Dataset.map`: the metric's numbers, and datasets' cache."""
+
+import math
+
+import pytest
+from datasets import Dataset, DatasetDict, load_from_disk
+
+from hf_adapters import models
+from hf_adapters.columns import (
+    IFDMapper,
+    PerplexityMapper,
+    add_ifd_column,
+    add_perplexity_column,
+    ppl_text,
+)
+from hf_adapters.ifd import compute_ifd
+from hf_adapters.perplexity import compute_perplexity
+from tests.test_ifd import INPUTS, INSTRUCTIONS, OUTPUTS
+
+ROWS = {"instruction": INSTRUCTIONS, "input": INPUTS, "output": OUTPUTS}
+
+
+@pytest.fixture
+def load_calls(model, tokenizer, monkeypatch):
+    """Every model id loaded by name; `load_model` returns the tiny model."""
+    calls = []
+
+    def fake_load_model(model_id=models.DEFAULT_MODEL_ID, dtype=None, device=None, trust_remote_code=False):
+        calls.append(model_id)
+        return model, tokenizer
+
+    monkeypatch.setattr(models, "load_model", fake_load_model)
+    return calls
+
+
+@pytest.fixture
+def disk_dataset(tmp_path):
+    """A dataset backed by files, so that datasets' cache is active."""
+    Dataset.from_dict(ROWS).save_to_disk(str(tmp_path / "rows"))
+    return load_from_disk(str(tmp_path / "rows"))
+
+
+def test_ppl_text_joins_the_non_empty_parts_with_newlines():
+    assert ppl_text("Do it.", "", "Done.") == "Do it.\nDone."
+    assert ppl_text("Do it.", None, "Done.") == "Do it.\nDone."
+    assert ppl_text("Do it.", "Now.", "Done.") == "Do it.\nNow.\nDone."
+
+
+@pytest.mark.parametrize("mode", ["ppl_ratio", "loss_ratio"])
+def test_ifd_column_equals_the_metric(model, tokenizer, load_calls, mode):
+    ds = add_ifd_column(Dataset.from_dict(ROWS), model_id="tiny", mode=mode, batch_size=2)
+    expected = compute_ifd(INSTRUCTIONS, OUTPUTS, INPUTS, model=model, tokenizer=tokenizer, mode=mode)
+    assert ds["ifd"] == pytest.approx(expected["ifd_scores"], rel=1e-6)
+    assert ds["ppl_conditional"] == pytest.approx(expected["conditional_perplexities"], rel=1e-6)
+    assert ds["ppl_direct"] == pytest.approx(expected["direct_perplexities"], rel=1e-6)
+    assert load_calls == ["tiny"]
+
+
+def test_ifd_mapper_works_directly_in_map_with_small_batches(model, tokenizer):
+    mapper = IFDMapper(model=model, tokenizer=tokenizer, max_length=72)
+    expected = compute_ifd(INSTRUCTIONS, OUTPUTS, INPUTS, model=model, tokenizer=tokenizer, max_length=72)
+    with_indices = Dataset.from_dict(ROWS).map(mapper, batched=True, batch_size=2, with_indices=True)
+    without = Dataset.from_dict(ROWS).map(mapper, batched=True, batch_size=3)
+    assert with_indices["ifd"] == pytest.approx(expected["ifd_scores"], rel=1e-6)
+    assert without["ifd"] == pytest.approx(expected["ifd_scores"], rel=1e-6)
+
+
+def test_perplexity_column_equals_the_perplexity_metric_on_the_seed_text(model, tokenizer, load_calls):
+    ds = add_perplexity_column(Dataset.from_dict(ROWS), model_id="tiny")
+    texts = [ppl_text(*row) for row in zip(INSTRUCTIONS, INPUTS, OUTPUTS, strict=True)]
+    expected = compute_perplexity(texts, model=model, tokenizer=tokenizer)["perplexities"]
+    assert ds["perplexity"] == pytest.approx(expected, rel=1e-6)
+
+
+def test_mapper_without_batched_is_a_clear_error(model, tokenizer):
+    with pytest.raises(TypeError, match="batched=True"):
+        Dataset.from_dict(ROWS).map(IFDMapper(model=model, tokenizer=tokenizer))
+
+
+def test_perplexity_column_of_a_named_text_column(model, tokenizer):
+    ds = Dataset.from_dict({"text": OUTPUTS + [""]})
+    mapped = ds.map(PerplexityMapper(text_column="text", model=model, tokenizer=tokenizer), batched=True, batch_size=2)
+    expected = compute_perplexity(OUTPUTS + [""], model=model, tokenizer=tokenizer)["perplexities"]
+    assert mapped["perplexity"][:-1] == pytest.approx(expected[:-1], rel=1e-6)
+    assert math.isnan(mapped["perplexity"][-1])
+
+
+def test_column_and_field_names_are_configurable(model, tokenizer, load_calls):
+    ds = Dataset.from_dict({"q": INSTRUCTIONS, "ctx": INPUTS, "a": OUTPUTS})
+    scored = add_ifd_column(ds, instruction_column="q", input_column="ctx", output_column="a", ifd_column="d",
+                            conditional_column="c", direct_column="u", model_id="tiny")
+    scored = add_perplexity_column(scored, instruction_column="q", input_column="ctx", output_column="a",
+                                   column="p", model_id="tiny")
+    assert scored.column_names == ["q", "ctx", "a", "d", "c", "u", "p"]
+    expected = compute_ifd(INSTRUCTIONS, OUTPUTS, INPUTS, model=model, tokenizer=tokenizer)
+    assert scored["d"] == pytest.approx(expected["ifd_scores"], rel=1e-6)
+
+
+def test_data_without_inputs_uses_input_column_none(model, tokenizer, load_calls):
+    ds = Dataset.from_dict({"instruction": INSTRUCTIONS, "output": OUTPUTS})
+    with pytest.raises(ValueError, match="'input' not found.*input_column=None"):
+        add_ifd_column(ds, model_id="tiny")
+    scored = add_ifd_column(ds, input_column=None, model_id="tiny")
+    expected = compute_ifd(INSTRUCTIONS, OUTPUTS, model=model, tokenizer=tokenizer)
+    assert scored["ifd"] == pytest.approx(expected["ifd_scores"], rel=1e-6)
+
+
+@pytest.mark.parametrize("add", [add_ifd_column, add_perplexity_column])
+def test_missing_column_is_an_error_naming_it(add, load_calls):
+    ds = Dataset.from_dict({"instruction": INSTRUCTIONS, "input": INPUTS, "answer": OUTPUTS})
+    with pytest.raises(ValueError, match="Column 'output' not found"):
+        add(ds, model_id="tiny")
+    assert load_calls == []
+
+
+def test_missing_text_column_is_an_error_naming_it(load_calls):
+    with pytest.raises(ValueError, match="Column 'text' not found"):
+        add_perplexity_column(Dataset.from_dict(ROWS), text_column="text", model_id="tiny")
+
+
+@pytest.mark.parametrize("add", [add_ifd_column, add_perplexity_column])
+def test_a_missing_value_is_an_error_naming_row_and_column(add, load_calls):
+    ds = Dataset.from_dict({"instruction": INSTRUCTIONS, "input": INPUTS, "output": OUTPUTS[:3] + [None, "x"]})
+    with pytest.raises(TypeError, match="Row 3: column 'output' must hold a string"):
+        add(ds, model_id="tiny", batch_size=2)
+
+
+def test_dataset_dict_gets_the_columns_in_every_split(load_calls):
+    dd = DatasetDict({"train": Dataset.from_dict(ROWS), "test": Dataset.from_dict(ROWS).select([0, 1])})
+    scored = add_ifd_column(dd, model_id="tiny")
+    assert scored["test"]["ifd"] == pytest.approx(scored["train"]["ifd"][:2], rel=1e-6)
+
+
+def test_rerunning_the_same_call_is_a_cache_hit_that_loads_no_model(disk_dataset, load_calls):
+    first = add_ifd_column(disk_dataset, model_id="tiny")
+    assert load_calls == ["tiny"]
+    second = add_ifd_column(disk_dataset, model_id="tiny", batch_size=3)  # batch size does not change scores
+    assert load_calls == ["tiny"]
+    assert second._fingerprint == first._fingerprint
+    assert second["ifd"] == first["ifd"]
+    add_ifd_column(disk_dataset, model_id="tiny", mode="loss_ratio")
+    assert load_calls == ["tiny", "tiny"]
+
+
+def test_rerunning_perplexity_is_a_cache_hit_that_loads_no_model(disk_dataset, load_calls):
+    first = add_perplexity_column(disk_dataset, model_id="tiny")
+    second = add_perplexity_column(disk_dataset, model_id="tiny")
+    assert load_calls == ["tiny"]
+    assert second["perplexity"] == first["perplexity"]
+    add_perplexity_column(disk_dataset, model_id="other")
+    assert load_calls == ["tiny", "other"]
+
+
+def test_a_model_object_is_not_cached_unless_named(disk_dataset, model, tokenizer):
+    first = add_ifd_column(disk_dataset, model=model, tokenizer=tokenizer)
+    second = add_ifd_column(disk_dataset, model=model, tokenizer=tokenizer)
+    assert first._fingerprint != second._fingerprint
+    named = add_ifd_column(disk_dataset, model=model, tokenizer=tokenizer, new_fingerprint="tiny0ifd")
+    assert named._fingerprint == "tiny0ifd"
+    assert named["ifd"] == pytest.approx(first["ifd"], rel=1e-6)
+
+
+def test_bad_options_fail_before_any_model_is_loaded(load_calls):
+    with pytest.raises(ValueError, match="valid modes"):
+        add_ifd_column(Dataset.from_dict(ROWS), model_id="tiny", mode="ratio")
+    with pytest.raises(ValueError, match="both `model` and `tokenizer`"):
+        IFDMapper(model=object())
+    assert load_calls == []

@@ -1,0 +1,276 @@
+"""The resumable, sharded job runner: output order, crash-safe resume, refusal to mix jobs, OOM retries,
+and runs under ``accelerate launch`` with 2 CPU processes."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from datasets import Dataset
+
+from hf_adapters import cli
+from hf_adapters.jobs import JobConflictError, run_scoring_job, score_dataset, shard_range, work_dir_for
+from hf_adapters.scorers import SCORERS, RowScorer, build_scorer, register_scorer
+
+REPO = Path(__file__).resolve().parents[1]
+VENV_BIN = Path(sys.executable).parent
+
+
+@register_scorer
+class LengthRatioScorer(RowScorer):
+    """len(output) / len(instruction), NaN for an empty output; sleeps ``delay`` seconds per chunk."""
+
+    name = "LengthRatioScorer"
+    options = {"batch_size": 4, "delay": 0.0}
+    required_fields = ("instruction", "output")
+
+    def __init__(self, **config):
+        super().__init__(**config)
+        self.scored_rows: list[str] = []
+
+    def score_rows(self, rows):
+        time.sleep(self.config["delay"])
+        self.scored_rows.extend(row["id"] for row in rows)
+        return [len(row["output"]) / len(row["instruction"]) if row["output"] else math.nan for row in rows]
+
+
+class CrashAfter(LengthRatioScorer):
+    """Dies (like a killed process) once it has scored ``rows`` rows; same name and config as its parent."""
+
+    def __init__(self, rows: int, **config):
+        super().__init__(**config)
+        self.limit = rows
+
+    def score_rows(self, rows):
+        if len(self.scored_rows) >= self.limit:
+            raise KeyboardInterrupt
+        return super().score_rows(rows)
+
+
+class OutOfMemoryAbove(LengthRatioScorer):
+    """Raises CUDA's out-of-memory error for any chunk longer than ``fits`` rows."""
+
+    def __init__(self, fits: int, error: type[Exception] = torch.cuda.OutOfMemoryError, **config):
+        super().__init__(**config)
+        self.fits, self.error = fits, error
+
+    def score_rows(self, rows):
+        if len(rows) > self.fits:
+            raise self.error("CUDA out of memory. Tried to allocate 20.00 GiB")
+        return super().score_rows(rows)
+
+
+def make_rows(n: int) -> list[dict]:
+    return [
+        {"id": f"r{i}", "instruction": "x" * (1 + i % 7), "input": "", "output": "" if i % 5 == 3 else "y" * (i % 11)}
+        for i in range(n)
+    ]
+
+
+def expected_lines(rows: list[dict]) -> list[dict]:
+    return [
+        {"id": row["id"], "score": len(row["output"]) / len(row["instruction"]) if row["output"] else None}
+        for row in rows
+    ]
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize(
+    "num_rows,chunk,world", [(10, 3, 1), (10, 3, 2), (10, 3, 3), (9, 3, 4), (101, 8, 3), (0, 2, 2)]
+)
+def test_shards_are_contiguous_runs_of_whole_chunks_covering_every_row(num_rows, chunk, world):
+    shards = [shard_range(num_rows, chunk, rank, world) for rank in range(world)]
+    assert [i for shard in shards for i in shard] == list(range(num_rows))
+    assert all(shard.start % chunk == 0 for shard in shards if len(shard))
+
+
+def test_output_has_one_line_per_row_in_input_order_with_nan_as_null(tmp_path):
+    rows = make_rows(23)
+    summary = run_scoring_job(Dataset.from_list(rows), LengthRatioScorer(batch_size=4), tmp_path / "out.jsonl")
+    assert read_jsonl(tmp_path / "out.jsonl") == expected_lines(rows)
+    assert "NaN" not in (tmp_path / "out.jsonl").read_text()
+    assert (summary.rows, summary.valid, summary.scored) == (23, sum(r["output"] != "" for r in rows), 23)
+    assert str(summary).startswith(f"23 rows, {summary.valid} valid scores, ") and str(summary).endswith(" rows/s")
+    assert not work_dir_for(tmp_path / "out.jsonl").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl"]
+
+
+def test_every_row_is_checked_before_any_is_scored(tmp_path):
+    rows = make_rows(30)
+    del rows[27]["output"]
+    scorer = LengthRatioScorer()
+    with pytest.raises(ValueError, match=r"Row 27 \(id='r27'\) has no field 'output'"):
+        run_scoring_job(Dataset.from_list(rows), scorer, tmp_path / "out.jsonl")
+    assert scorer.scored_rows == []
+    assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_interrupted_job_resumes_without_rescoring_and_drops_a_torn_tail(tmp_path, caplog):
+    rows = make_rows(40)
+    data, output = Dataset.from_list(rows), tmp_path / "out.jsonl"
+    with pytest.raises(KeyboardInterrupt):
+        run_scoring_job(data, CrashAfter(rows=12, batch_size=4), output)
+    assert not output.exists()
+    part = work_dir_for(output) / "rank-00000.jsonl"
+    assert len(part.read_text().splitlines()) == 12
+    with open(part, "ab") as handle:  # a kill in the middle of writing the next chunk
+        handle.write(b'{"i": 12, "id": "r12", "score": 1.0}\n{"i": 13, "id": "r1')
+
+    scorer = LengthRatioScorer(batch_size=4)
+    with caplog.at_level(logging.INFO, logger="hf_adapters.jobs"):
+        summary = run_scoring_job(data, scorer, output)
+    assert "resuming: 12 of 40 rows already scored" in caplog.messages
+    assert scorer.scored_rows == [f"r{i}" for i in range(12, 40)]  # the incomplete chunk is scored again
+    assert read_jsonl(output) == expected_lines(rows)
+    assert (summary.rows, summary.scored) == (40, 28)
+
+
+@pytest.mark.parametrize("change", ["config", "data", "batch_size"])
+def test_partial_results_of_a_different_job_are_refused_unless_overwrite(tmp_path, change):
+    rows, output = make_rows(20), tmp_path / "out.jsonl"
+    with pytest.raises(KeyboardInterrupt):
+        run_scoring_job(Dataset.from_list(rows), CrashAfter(rows=8, batch_size=4), output)
+    scorer = LengthRatioScorer(batch_size=4, delay=0.001 if change == "config" else 0.0)
+    if change == "batch_size":
+        scorer = LengthRatioScorer(batch_size=5)
+    if change == "data":
+        rows[15]["output"] = "changed"
+    expected = {"config": "the scorer config changed", "data": "the input data changed",
+                "batch_size": "the scorer config changed"}[change]
+    with pytest.raises(JobConflictError, match=f"{expected}.*--overwrite"):
+        run_scoring_job(Dataset.from_list(rows), scorer, output)
+    assert scorer.scored_rows == []
+
+    run_scoring_job(Dataset.from_list(rows), scorer, output, overwrite=True)
+    assert scorer.scored_rows == [row["id"] for row in rows]
+    assert read_jsonl(output) == expected_lines(rows)
+
+
+@pytest.mark.parametrize("error", [torch.cuda.OutOfMemoryError, RuntimeError])
+def test_out_of_memory_halves_the_batch_and_keeps_every_row(tmp_path, caplog, error):
+    rows = make_rows(19)
+    scorer = OutOfMemoryAbove(fits=2, error=error, batch_size=8)
+    with caplog.at_level(logging.WARNING, logger="hf_adapters.jobs"):
+        run_scoring_job(Dataset.from_list(rows), scorer, tmp_path / "out.jsonl")
+    assert read_jsonl(tmp_path / "out.jsonl") == expected_lines(rows)
+    assert scorer.scored_rows == [row["id"] for row in rows]
+    assert "Out of memory on rows 0-7" in caplog.text and "retrying as 4 + 4 rows" in caplog.text
+
+
+def test_a_row_that_runs_out_of_memory_alone_is_named(tmp_path):
+    with pytest.raises(RuntimeError, match=r"Row 0 \(id='r0'\) runs out of memory even alone"):
+        run_scoring_job(Dataset.from_list(make_rows(3)), OutOfMemoryAbove(fits=0), tmp_path / "out.jsonl")
+
+
+def test_other_errors_are_not_retried(tmp_path):
+    class Broken(LengthRatioScorer):
+        def score_rows(self, rows):
+            raise RuntimeError("shape mismatch")
+
+    with pytest.raises(RuntimeError, match="shape mismatch"):
+        run_scoring_job(Dataset.from_list(make_rows(3)), Broken(), tmp_path / "out.jsonl")
+
+
+def test_score_dataset_adds_a_score_column_in_row_order(tmp_path):
+    rows = make_rows(11)
+    for row in rows:
+        del row["id"]
+    scored = score_dataset(Dataset.from_list(rows), {"name": "LengthRatioScorer", "batch_size": 3})
+    assert scored.column_names == ["instruction", "input", "output", "score"]
+    want = [len(r["output"]) / len(r["instruction"]) if r["output"] else math.nan for r in rows]
+    assert [s if s == s else "nan" for s in scored["score"]] == [w if w == w else "nan" for w in want]
+
+    kept = score_dataset(Dataset.from_list(rows), LengthRatioScorer(), column="ratio", output_path=tmp_path / "s.jsonl")
+    assert kept.column_names[-1] == "ratio" and len(read_jsonl(tmp_path / "s.jsonl")) == 11
+
+
+# --- Real processes: accelerate launch with 2 CPU processes, and kill -9 ---------------------------------
+
+LAUNCHER = """import sys
+sys.path.insert(0, {tests!r})
+import test_jobs  # noqa: F401  (registers the fake scorers)
+from hf_adapters.cli import main
+sys.exit(main())
+"""
+
+
+def launcher(tmp_path: Path) -> Path:
+    script = tmp_path / "launch_score.py"
+    script.write_text(LAUNCHER.format(tests=str(REPO / "tests")), encoding="utf-8")
+    return script
+
+
+def run_env() -> dict[str, str]:
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+def test_two_processes_write_the_same_file_as_one(tmp_path, model, tokenizer):
+    if "PPLScorer" not in SCORERS:
+        pytest.skip("PPLScorer is not in hf_adapters.scorers yet")
+    model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    rows = [{"id": i, "instruction": "Write a short poem about the sea."[: 5 + i] if i else "", "input": "",
+             "output": "The quick brown fox jumps over the lazy dog."[: 3 * i]} for i in range(13)]
+    data = write_jsonl(tmp_path / "rows.jsonl", rows)
+    (tmp_path / "ppl.yaml").write_text(f"name: PPLScorer\nmodel: {tmp_path / 'model'}\nbatch_size: 2\n")
+    args = ["score", str(tmp_path / "ppl.yaml"), "--data", str(data), "--no-progress", "--output"]
+    assert cli.main([*args, str(tmp_path / "one.jsonl")]) == 0
+
+    command = [str(VENV_BIN / "accelerate"), "launch", "--cpu", "--num_processes", "2", "--num_machines", "1",
+               "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "hf_adapters", *args,
+               str(tmp_path / "two.jsonl")]
+    done = subprocess.run(command, cwd=REPO, env=run_env(), capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("13 rows, 12 valid scores, ") == 1  # printed by process 0 only
+    assert (tmp_path / "two.jsonl").read_bytes() == (tmp_path / "one.jsonl").read_bytes()
+
+    scores = [line["score"] for line in read_jsonl(tmp_path / "two.jsonl")]
+    reference = build_scorer({"name": "PPLScorer", "model": str(tmp_path / "model"), "batch_size": 1})
+    want = [reference.score_rows([row])[0] for row in rows]
+    assert scores[0] is None and math.isnan(want[0])  # an empty text has no score
+    assert scores[1:] == pytest.approx(want[1:], rel=1e-5)
+
+
+def test_kill_9_in_the_middle_then_rerun_gives_the_uninterrupted_output(tmp_path, caplog):
+    rows = make_rows(150)
+    data = write_jsonl(tmp_path / "rows.jsonl", rows)
+    (tmp_path / "slow.yaml").write_text("name: LengthRatioScorer\nbatch_size: 2\ndelay: 0.04\n")
+    output = tmp_path / "out.jsonl"
+    args = ["score", str(tmp_path / "slow.yaml"), "--data", str(data), "--output", str(output), "--no-progress"]
+    part = work_dir_for(output) / "rank-00000.jsonl"
+    process = subprocess.Popen([sys.executable, str(launcher(tmp_path)), *args], cwd=REPO, env=run_env(),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not (part.exists() and len(part.read_bytes().splitlines()) >= 20):
+            assert process.poll() is None and time.monotonic() < deadline, "the job ended before it could be killed"
+            time.sleep(0.05)
+        os.kill(process.pid, signal.SIGKILL)
+    finally:
+        process.wait()
+    killed_at = len(part.read_bytes().splitlines())
+    assert 20 <= killed_at < 150 and not output.exists()
+
+    with caplog.at_level(logging.INFO, logger="hf_adapters.jobs"):
+        assert cli.main(args) == 0  # the same command again
+    [resumed] = [message for message in caplog.messages if message.startswith("resuming: ")]
+    assert resumed.endswith(" of 150 rows already scored") and int(resumed.split()[1]) >= killed_at - 2
+    assert cli.main([*args[:-2], str(tmp_path / "uninterrupted.jsonl"), "--no-progress"]) == 0
+    assert output.read_bytes() == (tmp_path / "uninterrupted.jsonl").read_bytes()

@@ -1,0 +1,103 @@
+"""``hf-adapters score CONFIG --data FILE --output FILE``: output file, overrides, summary line and errors."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from hf_adapters import cli
+from hf_adapters.scorers import RowScorer, register_scorer
+
+
+@register_scorer
+class OutputLengthScorer(RowScorer):
+    """len(output), NaN when it is empty; records the chunk sizes it is given."""
+
+    name = "OutputLengthScorer"
+    options = {"model": "none", "batch_size": 4}
+    required_fields = ("output",)
+    chunks: list[int] = []
+
+    def score_rows(self, rows):
+        OutputLengthScorer.chunks.append(len(rows))
+        return [float(len(row["output"])) if row["output"] else float("nan") for row in rows]
+
+
+@pytest.fixture
+def data(tmp_path):
+    rows = [{"id": i, "instruction": "Repeat.", "input": "", "output": "ab" * (i % 3)} for i in range(10)]
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return path
+
+
+def config(tmp_path, text="name: OutputLengthScorer\n"):
+    path = tmp_path / "config.yaml"
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+def test_writes_one_line_per_row_and_prints_a_summary(tmp_path, data, capsys):
+    output = tmp_path / "out" / "scores.jsonl"
+    assert cli.main(["score", config(tmp_path), "--data", str(data), "--output", str(output), "--no-progress"]) == 0
+    lines = [json.loads(line) for line in output.read_text().splitlines()]
+    assert lines == [{"id": i, "score": [None, 2.0, 4.0][i % 3]} for i in range(10)]
+    summary = capsys.readouterr().out.strip().splitlines()[-1]
+    assert summary.startswith("10 rows, 6 valid scores, ") and summary.endswith(" rows/s")
+    assert sorted(p.name for p in output.parent.iterdir()) == ["scores.jsonl"]
+
+
+def test_batch_size_and_model_flags_override_the_config(tmp_path, data):
+    OutputLengthScorer.chunks.clear()
+    args = ["score", config(tmp_path), "--data", str(data), "--output", str(tmp_path / "o.jsonl"), "--no-progress"]
+    assert cli.main([*args, "--batch-size", "3", "--model", "other"]) == 0
+    assert OutputLengthScorer.chunks == [3, 3, 3, 1]
+
+
+@pytest.mark.parametrize(
+    "config_text,flags,message",
+    [
+        ("name: NoSuchScorer\n", [], r"error: Unknown scorer name 'NoSuchScorer'; valid names: .*'OutputLengthScorer'"),
+        ("name: OutputLengthScorer\ntemperature: 2\n", [], r"error: Unknown key\(s\) \['temperature'\] .*valid keys"),
+        ("- just a list\n", [], r"error: .*a config is a YAML mapping with a `name` key"),
+        ("name: OutputLengthScorer\n", ["--data", "missing.jsonl"], r"error: Data file .*missing.jsonl. does not"),
+    ],
+)
+def test_config_and_data_errors_exit_2_with_a_message_and_no_traceback(tmp_path, data, capsys, config_text,
+                                                                       flags, message):
+    output = tmp_path / "o.jsonl"
+    argv = ["score", config(tmp_path, config_text), "--data", str(data), "--output", str(output), *flags]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "Traceback" not in err
+    assert re.search(message, err)
+    assert not output.exists()
+
+
+def test_a_row_missing_a_field_is_named_and_nothing_is_written(tmp_path, capsys):
+    path = tmp_path / "rows.jsonl"
+    path.write_text('{"id": "x1", "output": "a"}\n{"id": "x2", "instruction": "b"}\n', encoding="utf-8")
+    output = tmp_path / "o.jsonl"
+    assert cli.main(["score", config(tmp_path), "--data", str(path), "--output", str(output)]) == 2
+    assert "error: Row 1 (id='x2') has no field 'output'." in capsys.readouterr().err
+    assert not output.exists() and not (tmp_path / "o.jsonl.parts").exists()
+
+
+def test_a_changed_config_is_refused_until_overwrite(tmp_path, data, capsys):
+    output = tmp_path / "o.jsonl"
+    parts = tmp_path / "o.jsonl.parts"
+    parts.mkdir()
+    (parts / "manifest.json").write_text(json.dumps({"scorer": {"name": "OutputLengthScorer", "batch_size": 9}}))
+    args = ["score", config(tmp_path), "--data", str(data), "--output", str(output), "--no-progress"]
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err
+    assert "holds partial results of a different job: the scorer config changed" in err and "--overwrite" in err
+    assert cli.main([*args, "--overwrite"]) == 0 and output.exists() and not parts.exists()
+
+
+def test_batch_size_must_be_positive(tmp_path, data, capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["score", config(tmp_path), "--data", str(data), "--output", "o.jsonl", "--batch-size", "0"])
+    assert "must be at least 1" in capsys.readouterr().err

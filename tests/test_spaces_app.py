@@ -1,0 +1,182 @@
+"""The Spaces demo's building blocks without a server: input parsing, validation, outputs, Space files."""
+
+from __future__ import annotations
+
+import configparser
+import csv
+import json
+import math
+import re
+
+import gradio
+import pytest
+import yaml
+
+from tests.spaces_fixtures import ROOT, SPACE, app_fixture, tiny_model_dir_fixture  # noqa: F401  (fixtures)
+
+
+def write(tmp_path, name: str, text: str) -> str:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+def test_perplexity_text_is_one_text_per_line_or_jsonl(app):
+    assert app.load_rows(app.PERPLEXITY, "first text\n\n second text \n", None) == (
+        [{"text": "first text"}, {"text": " second text "}], "jsonl")
+    rows, _ = app.load_rows(app.PERPLEXITY, '{"text": "two\\nlines", "id": 7}\n', None)
+    assert rows == [{"text": "two\nlines", "id": 7}]
+
+
+def test_ifd_text_accepts_jsonl_or_tab_separated_rows(app):
+    rows, _ = app.load_rows(app.IFD, "Say hi.\tHi!\nTranslate.\tchat\tcat\n", None)
+    assert rows == [{"instruction": "Say hi.", "output": "Hi!"},
+                    {"instruction": "Translate.", "input": "chat", "output": "cat"}]
+    rows, _ = app.load_rows(app.IFD, '{"instruction": "Say hi.", "output": "Hi!"}', None)
+    assert rows == [{"instruction": "Say hi.", "output": "Hi!"}]
+
+
+def test_parity_text_is_reference_tab_prediction(app):
+    rows, _ = app.load_rows(app.PARITY, "Hello.\tBonjour.\n", None)
+    assert rows == [{"reference": "Hello.", "prediction": "Bonjour."}]
+
+
+def test_every_default_example_parses(app):
+    for task in (app.PERPLEXITY, app.IFD, app.PARITY, app.IFEVAL):
+        rows, fmt = app.load_rows(task, task.example, None)
+        assert len(rows) >= 3 and fmt == "jsonl"
+
+
+def test_an_upload_is_used_instead_of_the_text_box(app, tmp_path):
+    path = write(tmp_path, "rows.jsonl", '{"text": "from the file"}\n')
+    assert app.load_rows(app.PERPLEXITY, "from the box", path) == ([{"text": "from the file"}], "jsonl")
+
+
+def test_csv_text_cells_stay_text_even_when_they_look_like_json(app, tmp_path):
+    path = write(tmp_path, "rows.csv", 'text,id\n"[1, 2]",a\n"{not json",b\n')
+    rows, _ = app.load_rows(app.PERPLEXITY, None, path)
+    assert rows == [{"text": "[1, 2]", "id": "a"}, {"text": "{not json", "id": "b"}]
+
+
+def test_csv_upload_decodes_the_ifeval_json_cells(app, tmp_path):
+    row = app.IFEVAL.parse_text(app.IFEVAL.example)[0]
+    with (tmp_path / "rows.csv").open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(row))
+        writer.writeheader()
+        writer.writerow({k: json.dumps(v) if isinstance(v, list) else v for k, v in row.items()})
+    rows, fmt = app.load_rows(app.IFEVAL, None, str(tmp_path / "rows.csv"))
+    assert fmt == "csv" and rows == [row]
+
+
+@pytest.mark.parametrize(
+    ("task", "text", "message"),
+    [
+        ("PERPLEXITY", "", "Paste some rows"),
+        ("PERPLEXITY", '{"text": "ok"}\n{broken', "Line 2 is not valid JSON"),
+        ("PERPLEXITY", '{"prediction": "x"}', "Row 1 has no field 'text'"),
+        ("PERPLEXITY", '{"text": 3}', "'text' must be a string"),
+        ("IFD", "only one cell", "Line 1 has 1 tab-separated cell(s), expected 2 or 3"),
+        ("PARITY", "a\tb\tc", "expected 2"),
+        ("IFEVAL", '{"response": "hi", "kwargs": [{}]}', "Row 1 has no field 'instruction_id_list'"),
+        ("IFEVAL", '["not", "an object"]', "is JSON but not an object"),
+    ],
+)
+def test_bad_input_gets_a_message_naming_the_problem(app, task, text, message):
+    with pytest.raises(app.InputError, match=re.escape(message)):
+        app.load_rows(getattr(app, task), text, None)
+
+
+def test_unsupported_upload_type_is_refused(app, tmp_path):
+    with pytest.raises(app.InputError, match="Upload a .jsonl or .csv"):
+        app.load_rows(app.PERPLEXITY, None, write(tmp_path, "rows.txt", "hello"))
+
+
+def test_too_many_rows_are_refused(app):
+    with pytest.raises(app.InputError, match="more than this demo scores"):
+        app.load_rows(app.PERPLEXITY, "x\n" * (app.MAX_ROWS + 1), None)
+
+
+def test_handler_turns_any_failure_into_a_short_ui_message(app):
+    with pytest.raises(gradio.Error, match="Paste some rows"):
+        app.perplexity_handler("", None, "any-model")
+    with pytest.raises(gradio.Error, match="Enter a model id"):
+        app.ifd_handler("Say hi.\tHi!", None, "  ")
+
+    @app.readable_errors
+    def broken():
+        raise RuntimeError("the model ran out of memory")
+
+    with pytest.raises(gradio.Error) as caught:
+        broken()
+    assert caught.value.message == "RuntimeError: the model ran out of memory"
+
+
+def test_ifeval_unknown_instruction_is_a_ui_message(app):
+    row = '{"response": "hi", "instruction_id_list": ["no:such_check"], "kwargs": [{}]}'
+    with pytest.raises(gradio.Error, match="no:such_check"):
+        app.ifeval_handler(row, None)
+
+
+def test_scored_file_keeps_the_upload_format_and_writes_nan_as_null(app):
+    rows = [{"text": "a", "perplexity": 2.5}, {"text": "", "perplexity": math.nan}]
+    jsonl = app.write_scored(rows, "jsonl", "perplexity")
+    assert [json.loads(line) for line in open(jsonl, encoding="utf-8")] == [
+        {"text": "a", "perplexity": 2.5}, {"text": "", "perplexity": None}]
+    with open(app.write_scored([{"ids": ["a", "b"], "ok": True}], "csv", "ifeval"), encoding="utf-8") as handle:
+        assert list(csv.DictReader(handle)) == [{"ids": '["a", "b"]', "ok": "True"}]
+
+
+def test_ifeval_outputs_agree_with_the_library(app):
+    from hf_adapters.ifeval import compute_ifeval
+
+    table, summary, chart, path = app.score_ifeval(app.IFEVAL.example, None)
+    rows = app.IFEVAL.parse_text(app.IFEVAL.example)
+    expected = compute_ifeval([row["response"] for row in rows], rows, detailed=True)
+    for name in ("prompt_level_strict_acc", "inst_level_strict_acc", "prompt_level_loose_acc", "inst_level_loose_acc"):
+        assert summary[name] == expected[name]
+    assert summary["per_instruction"] == expected["per_instruction"]
+    assert list(table["follow_all_instructions_strict"]) == [all(s) for s in expected["strict_follow_instruction_list"]]
+    scored = [json.loads(line) for line in open(path, encoding="utf-8")]
+    assert [row["follow_instruction_list_loose"] for row in scored] == expected["loose_follow_instruction_list"]
+    assert len(chart.axes[0].patches) == 2 * len(expected["per_instruction"])
+
+
+def test_histogram_handles_rows_without_a_score(app):
+    figure = app.histogram([math.nan, math.inf], "t", "x")
+    assert "no finite scores" in [text.get_text() for text in figure.axes[0].texts]
+
+
+def read_space_header() -> tuple[dict, str]:
+    text = (SPACE / "README.md").read_text(encoding="utf-8")
+    match = re.match(r"---\n(.*?)\n---\n(.*)", text, re.DOTALL)
+    assert match, "README.md must start with a YAML header between --- lines"
+    return yaml.safe_load(match.group(1)), match.group(2)
+
+
+def test_space_readme_has_the_spaces_header_for_the_tested_gradio(app):
+    header, body = read_space_header()
+    for key in ("title", "emoji", "colorFrom", "colorTo", "pinned", "license"):
+        assert key in header
+    assert header["sdk"] == "gradio" and header["app_file"] == "app.py"
+    assert header["sdk_version"] == gradio.__version__
+    assert {"evaluate", "metric"} <= set(header["tags"])
+    for endpoint in ("/perplexity", "/ifd", "/information_parity", "/ifeval"):
+        assert endpoint in body
+
+
+def test_space_requirements_cover_the_library_runtime_dependencies():
+    setup = configparser.ConfigParser()
+    setup.read(ROOT / "setup.cfg")
+    needed = {re.split(r"[<>=!~ \[]", line.strip())[0].lower().replace("_", "-")
+              for line in setup["options"]["install_requires"].splitlines() if line.strip()}
+    lines = (SPACE / "requirements.txt").read_text().splitlines()
+    listed = {re.split(r"[<>=!~ \[]", line.strip())[0].lower().replace("_", "-")
+              for line in lines if line.strip() and not line.startswith("#")}
+    assert needed <= listed, f"missing from spaces_demo/requirements.txt: {sorted(needed - listed)}"
+    assert "gradio" not in listed, "the Space installs gradio from sdk_version; do not pin it twice"
+
+
+def test_scoring_reports_model_loading_to_the_progress_bar(app, tiny_model_dir):
+    calls = []
+    app.score_perplexity("Hello.", None, tiny_model_dir, lambda *args, **kwargs: calls.append((args, kwargs)))
+    assert calls[0] == ((0,), {"desc": f"Loading {tiny_model_dir}"})
