@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
+from typing import Any
 
 from datasets import Dataset, DatasetDict, load_dataset, load_from_disk
 
@@ -82,3 +84,16 @@ def data_fingerprint(path: str | Path) -> str:
                 digest.update(block)
         digest.update(b"\0")
     return digest.hexdigest()
+
+
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    """The rows of a JSONL file (blank lines skipped); errors name the line."""
+    rows = []
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, 1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as error:
+                    raise ValueError(f"{path}:{number}: not valid JSON ({error.msg}).") from None
+    return rows

@@ -1,4 +1,8 @@
-"""``hf-adapters demo``: score the sample data shipped with the package and print a table."""
+"""``hf-adapters demo``: score the sample data shipped with the package and print what came out.
+
+One model load serves every score: perplexity and IFD of ~20 instruction records, Information
+Parity of a few parallel sentences, and IFEval checks of a few hand-written responses.
+"""
 
 from __future__ import annotations
 
@@ -9,58 +13,98 @@ import time
 from importlib import resources
 from pathlib import Path
 
-from .models import DEFAULT_MODEL_ID, load_model
-from .perplexity import compute_perplexity
+from .data_io import read_jsonl
+from .report import format_number, format_table
 
 
 def sample_rows() -> list[dict]:
-    """The ~20 instruction/input/output records shipped with the package."""
-    text = resources.files("hf_adapters").joinpath("data/sample.jsonl").read_text(encoding="utf-8")
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
+    """The ~20 instruction/input/output records shipped with the package (``data/sample.jsonl``)."""
+    with resources.as_file(resources.files("hf_adapters") / "data" / "sample.jsonl") as path:
+        return read_jsonl(path)
 
 
-def ppl_text(row: dict) -> str:
-    """The seed PPLScorer text: the non-empty instruction, input and output joined with newlines."""
-    return "\n".join(part for part in (row["instruction"], row.get("input") or "", row["output"]) if part)
+def _write_jsonl(records: list[dict], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as handle:
+        for record in records:
+            clean = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in record.items()}
+            handle.write(json.dumps(clean, ensure_ascii=False) + "\n")
 
 
-def _number(value: float) -> str:
-    return "NaN" if math.isnan(value) else f"{value:.3f}"
+def _instruction_scores(rows: list[dict], model, tokenizer) -> list[dict]:
+    from .columns import ppl_text
+    from .ifd import compute_ifd
+    from .perplexity import compute_perplexity
+
+    texts = [ppl_text(row["instruction"], row.get("input"), row["output"]) for row in rows]
+    ppl = compute_perplexity(texts, model=model, tokenizer=tokenizer)
+    ifd = compute_ifd(
+        [row["instruction"] for row in rows], [row["output"] for row in rows], [row.get("input") for row in rows],
+        model=model, tokenizer=tokenizer,
+    )
+    records = [
+        {"id": row["id"], "perplexity": p, "ifd": i, "ppl_conditional": c, "ppl_direct": d}
+        for row, p, i, c, d in zip(
+            rows, ppl["perplexities"], ifd["ifd_scores"], ifd["conditional_perplexities"],
+            ifd["direct_perplexities"], strict=True,
+        )
+    ]
+    table = [
+        [record["id"], row["instruction"][:38], record["perplexity"], record["ifd"]]
+        for record, row in zip(records, rows, strict=True)
+    ]
+    print(format_table(["id", "instruction", "perplexity", "ifd"], table))
+    print(
+        f"\nPerplexity: mean {format_number(ppl['mean_perplexity'])}, corpus {format_number(ppl['corpus_perplexity'])}"
+        f"\nIFD: mean {format_number(ifd['mean_ifd'])} over {ifd['num_valid']} valid of {len(rows)} rows"
+        " (an empty output has no IFD)"
+    )
+    return records
 
 
-def _table(rows: list[dict], columns: list[str]) -> str:
-    cells = [[str(row[c]) if not isinstance(row[c], float) else _number(row[c]) for c in columns] for row in rows]
-    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True))]
-    lines.append("  ".join("-" * w for w in widths))
-    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in cells]
-    return "\n".join(lines)
+def _information_parity(model, tokenizer) -> None:
+    from .parity_command import evaluate_parallel, parallel_sample_rows
+    from .parity_command import format_table as parity_table
+
+    result = evaluate_parallel(parallel_sample_rows(), "eng_Latn", model=model, tokenizer=tokenizer)
+    print("\nInformation Parity of the bundled parallel sentences against English:")
+    print(parity_table(result))
+
+
+def _ifeval() -> None:
+    from .ifeval import demo_rows, score_row
+
+    print("\nIFEval on a few hand-written responses:")
+    table = []
+    for row in demo_rows():
+        result = score_row(row["response"], row)
+        table.append([
+            row["key"], ", ".join(row["instruction_id_list"]),
+            f"{sum(result.strict)}/{len(result.strict)}", f"{sum(result.loose)}/{len(result.loose)}",
+        ])
+    print(format_table(["key", "instructions", "followed (strict)", "followed (loose)"], table))
 
 
 def run(args: argparse.Namespace) -> int:
+    from .models import load_model
+
     start = time.perf_counter()
     rows = sample_rows()
     model, tokenizer = load_model(args.model, dtype=args.dtype)
-    print(f"Model: {args.model} ({type(model).__name__}, {model.num_parameters() / 1e6:.0f}M parameters)")
-    ppl = compute_perplexity([ppl_text(row) for row in rows], model=model, tokenizer=tokenizer)
-    results = [
-        {"id": row["id"], "instruction": row["instruction"][:38], "perplexity": p}
-        for row, p in zip(rows, ppl["perplexities"], strict=True)
-    ]
-    print(_table(results, ["id", "instruction", "perplexity"]))
-    print(f"\nPerplexity: mean {_number(ppl['mean_perplexity'])}, corpus {_number(ppl['corpus_perplexity'])}")
+    print(f"Model: {args.model} ({type(model).__name__}, {model.num_parameters() / 1e6:.0f}M parameters)\n")
+    records = _instruction_scores(rows, model, tokenizer)
+    _information_parity(model, tokenizer)
+    _ifeval()
     output = Path(args.output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    with output.open("w", encoding="utf-8") as handle:
-        for result in results:
-            record = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in result.items()}
-            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
-    print(f"\nScored {len(rows)} rows in {time.perf_counter() - start:.1f} s; scores written to {output}")
+    _write_jsonl(records, output)
+    print(f"\nDone in {time.perf_counter() - start:.1f} s; per-row scores written to {output}")
     return 0
 
 
-def add_parser(subparsers) -> None:
-    parser = subparsers.add_parser("demo", help="Score the bundled sample data and print a table.")
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    from .models import DEFAULT_MODEL_ID
+
+    parser = subparsers.add_parser("demo", help="Score the bundled sample data and print the results.")
     parser.add_argument("--model", default=DEFAULT_MODEL_ID, help="model id, local directory or .gguf file")
     parser.add_argument("--dtype", default=None, help="float32 (CPU default) or bfloat16")
     parser.add_argument("--output", default="out/demo_scores.jsonl", help="where to write the scores (JSONL)")

@@ -16,6 +16,7 @@ from . import models
 from .columns import ppl_text
 from .ifd import DEFAULT_TEMPLATE, DEFAULT_TEMPLATE_NO_INPUT, check_templates, score_ifd
 from .models import DEFAULT_MODEL_ID
+from .parity import compute_information_parity
 from .perplexity import compute_perplexity
 
 SCORERS: dict[str, type[RowScorer]] = {}
@@ -173,3 +174,60 @@ class IFDScorer(InstructionRowScorer):
             template=self.config["template"], template_no_input=self.config["template_no_input"],
             max_length=self.config["max_length"], batch_size=self.config["batch_size"],
         )["ifd_scores"]
+
+
+@register_scorer
+class IFEvalScorer(RowScorer):
+    """IFEval prompt-level strict accuracy of one row: 1.0 if the response (``response_field``)
+    follows every instruction in ``instruction_id_list`` with its ``kwargs``, else 0.0."""
+
+    name = "IFEvalScorer"
+    options = {"response_field": "response"}
+
+    def __init__(self, **config: Any):
+        super().__init__(**config)
+        self.required_fields = ("instruction_id_list", "kwargs", self.config["response_field"])
+
+    def score_rows(self, rows: Sequence[Mapping[str, Any]]) -> list[float]:
+        from .ifeval import ifeval_row_score
+
+        self.check_rows(rows)
+        return [ifeval_row_score(row, self.config["response_field"]) for row in rows]
+
+
+@register_scorer
+class InformationParityScorer(RowScorer):
+    """Row score NLL(``reference_field``) / NLL(``text_field``) for ``python -m hf_adapters score``.
+
+    Example config::
+
+        name: InformationParityScorer
+        model: HuggingFaceTB/SmolLM2-135M-Instruct
+        text_field: text
+        reference_field: reference
+    """
+
+    name: ClassVar[str] = "InformationParityScorer"
+    options: ClassVar[dict[str, Any]] = {
+        "model": DEFAULT_MODEL_ID,
+        "max_length": None,
+        "batch_size": 16,
+        "text_field": "text",
+        "reference_field": "reference",
+    }
+
+    required_fields: ClassVar[tuple[str, ...]] = ("text", "reference")
+
+    def __init__(self, **config: Any):
+        super().__init__(**config)
+        self.required_fields = (self.config["text_field"], self.config["reference_field"])
+
+    def score_rows(self, rows: Sequence[Mapping[str, Any]]) -> list[float]:
+        self.check_rows(rows)
+        texts = [row[self.config["text_field"]] for row in rows]
+        references = [row[self.config["reference_field"]] for row in rows]
+        result = compute_information_parity(
+            texts, references, model_id=self.config["model"], batch_size=self.config["batch_size"],
+            max_length=self.config["max_length"],
+        )
+        return result["scores"]

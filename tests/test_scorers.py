@@ -7,6 +7,7 @@ import pytest
 from hf_adapters import models
 from hf_adapters.columns import ppl_text
 from hf_adapters.ifd import DEFAULT_TEMPLATE, DEFAULT_TEMPLATE_NO_INPUT, compute_ifd
+from hf_adapters.ifeval import demo_rows
 from hf_adapters.perplexity import compute_perplexity
 from hf_adapters.scorers import SCORERS, ConfigError, IFDScorer, PPLScorer, build_scorer, load_config
 from tests.test_ifd import INPUTS, INSTRUCTIONS, OUTPUTS
@@ -152,3 +153,15 @@ def test_empty_output_scores_nan_and_keeps_every_row(load_calls):
     rows[1]["output"] = ""
     scores = IFDScorer().score_rows(rows)
     assert len(scores) == 3 and scores[1] != scores[1] and scores[0] == scores[0]
+
+
+def test_ifeval_scorer_gives_prompt_level_strict_per_row():
+    scorer = build_scorer({"name": "IFEvalScorer"})
+    assert scorer.score_rows(demo_rows()) == [1.0, 1.0, 0.0, 0.0]
+
+
+def test_ifeval_scorer_names_a_row_without_its_response_field():
+    rows = demo_rows()
+    scorer = build_scorer({"name": "IFEvalScorer", "response_field": "answer"})
+    with pytest.raises(ValueError, match="Row 0 .* 'answer'"):
+        scorer.score_rows(rows)

@@ -1,0 +1,81 @@
+"""Information Parity: hf_adapters against the published `information-parity` 0.1.1 package.
+
+Both run in one process on the same float32 model and the same FLORES-style sentences: every
+language of the file against the reference language. The package is a benchmark dependency only
+(`pip install information-parity==0.1.1`).
+
+    python benchmarks/parity_vs_package.py --data ../shared/data/flores200_dev10.jsonl [--output RESULTS.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import time
+from pathlib import Path
+
+import torch
+from information_parity import InformationParity
+
+from hf_adapters.models import DEFAULT_MODEL_ID, load_model
+from hf_adapters.parity_command import evaluate_parallel, group_by_language, read_jsonl
+
+
+def run_package(model, tokenizer, grouped: dict, reference: str) -> dict[str, float]:
+    """Mean parity per language from the package: one `compute_information_parity` call per language."""
+    package = InformationParity(model, tokenizer, is_sentence_piece_tokenizer=False, device=model.device)
+    means = {}
+    for lang, texts in grouped.items():
+        if lang != reference:
+            ids = [i for i in grouped[reference] if i in texts]
+            mean, _ = package.compute_information_parity([grouped[reference][i] for i in ids], [texts[i] for i in ids])
+            means[lang] = float(mean)
+    return means
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", required=True, help="JSONL of {lang, id, text} rows")
+    parser.add_argument("--reference", default="eng_Latn")
+    parser.add_argument("--model", default=DEFAULT_MODEL_ID)
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--output", help="also write the results as Markdown here")
+    args = parser.parse_args()
+
+    rows = read_jsonl(args.data)
+    grouped = group_by_language(rows)
+    model, tokenizer = load_model(args.model, dtype="float32", device="cpu")
+    warmup = [row for row in rows if row["id"] == rows[0]["id"]]
+    evaluate_parallel(warmup, args.reference, model=model, tokenizer=tokenizer)
+    run_package(model, tokenizer, group_by_language(warmup), args.reference)
+
+    start = time.perf_counter()
+    package_means = run_package(model, tokenizer, grouped, args.reference)
+    package_seconds = time.perf_counter() - start
+    start = time.perf_counter()
+    ours = evaluate_parallel(rows, args.reference, model=model, tokenizer=tokenizer, batch_size=args.batch_size)
+    ours_seconds = time.perf_counter() - start
+
+    max_relative = max(
+        abs(ours["languages"][lang]["information_parity"] - mean) / abs(mean) for lang, mean in package_means.items()
+    )
+    texts = len(rows)
+    lines = [
+        f"Information parity, {len(package_means)} languages against {args.reference}, {texts} sentences, "
+        f"{args.model} in float32 on {platform.machine()} CPU ({torch.get_num_threads()} threads)",
+        "",
+        "| implementation | seconds | speed-up |",
+        "| --- | ---: | ---: |",
+        f"| information-parity 0.1.1 | {package_seconds:.2f} | 1.00x |",
+        f"| hf_adapters (batch {args.batch_size}) | {ours_seconds:.2f} | {package_seconds / ours_seconds:.2f}x |",
+        "",
+        f"Max relative difference of the mean parity per language: {max_relative:.2e}",
+    ]
+    report = "\n".join(lines)
+    print(report)
+    if args.output:
+        Path(args.output).write_text(report + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,216 @@
+"""Information Parity (Tsvetkov & Kipnis, 2024): how well a model compresses a language relative to a reference.
+
+For a text ``x`` in the language under test and its parallel text ``r`` in the reference language
+(usually English), the parity is ``NLL(r) / NLL(x)``, each the total NLL of the whole text: every
+token is scored, the first one after the start token (BOS, else EOS). A value near 1 means the
+model spends as many bits on the language as on the reference; below 1, more.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from .likelihood import ContinuationScore, score_continuations
+from .models import DEFAULT_MODEL_ID, model_and_tokenizer
+from .perplexity import check_texts, text_items
+
+logger = logging.getLogger(__name__)
+
+#: The keys of :func:`compute_information_parity`'s result, in order.
+RESULT_KEYS = (
+    "scores",
+    "information_parity",
+    "information_parity_std",
+    "information_parity_median",
+    "corpus_information_parity",
+    "tokenization_parity",
+    "bits_per_byte",
+    "reference_bits_per_byte",
+)
+
+
+def check_pairs(predictions: Sequence, references: Sequence) -> None:
+    """Raise a TypeError naming a row that is not a string, or a ValueError if the lengths differ."""
+    check_texts(predictions, "predictions")
+    check_texts(references, "references")
+    if len(predictions) != len(references):
+        raise ValueError(
+            f"`predictions` and `references` must be parallel: got {len(predictions)} predictions "
+            f"and {len(references)} references."
+        )
+
+
+def score_texts(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    texts: Sequence[str],
+    *,
+    max_length: int | None = None,
+    batch_size: int = 16,
+    progress: bool | None = None,
+) -> dict[str, ContinuationScore]:
+    """Total NLL of each distinct text, every token scored after the start token, in one core call."""
+    distinct = list(dict.fromkeys(texts))
+    scores = score_continuations(
+        model, tokenizer, text_items(tokenizer, distinct), max_length=max_length, batch_size=batch_size,
+        progress=progress, desc="Information parity",
+    )
+    if truncated := sum(score.truncated for score in scores):
+        logger.warning("%d text(s) were longer than max_length and were truncated.", truncated)
+    return dict(zip(distinct, scores, strict=True))
+
+
+def _ratio(numerator: float, denominator: float) -> float:
+    return numerator / denominator if denominator else math.nan
+
+
+def summarize_information_parity(
+    predictions: Sequence[str], references: Sequence[str], scores: Mapping[str, ContinuationScore]
+) -> dict[str, Any]:
+    """The metric's result from already scored texts (``scores`` maps each text to its score).
+
+    A pair where either text has no scored token gets a NaN score and is left out of every aggregate.
+    """
+    per_pair, valid = [], []
+    for prediction, reference in zip(predictions, references, strict=True):
+        prediction_score, reference_score = scores[prediction], scores[reference]
+        if prediction_score.num_tokens and reference_score.num_tokens and prediction_score.nll:
+            per_pair.append(reference_score.nll / prediction_score.nll)
+            valid.append((prediction, reference))
+        else:
+            per_pair.append(math.nan)
+    finite = np.array([score for score in per_pair if not math.isnan(score)], dtype=np.float64)
+
+    def total(side: int, field: str) -> float:
+        return float(sum(getattr(scores[pair[side]], field) for pair in valid))
+
+    def bits_per_byte(side: int) -> float:
+        return _ratio(total(side, "nll") / math.log(2), sum(len(pair[side].encode("utf-8")) for pair in valid))
+
+    return {
+        "scores": per_pair,
+        "information_parity": float(finite.mean()) if finite.size else math.nan,
+        "information_parity_std": float(finite.std(ddof=0)) if finite.size else math.nan,
+        "information_parity_median": float(np.median(finite)) if finite.size else math.nan,
+        "corpus_information_parity": _ratio(total(1, "nll"), total(0, "nll")),
+        "tokenization_parity": _ratio(total(0, "num_tokens"), total(1, "num_tokens")),
+        "bits_per_byte": bits_per_byte(0),
+        "reference_bits_per_byte": bits_per_byte(1),
+    }
+
+
+def compute_information_parity(
+    predictions: Sequence[str],
+    references: Sequence[str],
+    *,
+    model_id: str = DEFAULT_MODEL_ID,
+    batch_size: int = 16,
+    max_length: int | None = None,
+    dtype: str | torch.dtype | None = None,
+    device: str | torch.device | None = None,
+    model: PreTrainedModel | None = None,
+    tokenizer: PreTrainedTokenizerBase | None = None,
+    progress: bool | None = None,
+) -> dict[str, Any]:
+    """Information Parity of texts in a language under test (``predictions``) against parallel
+    ``references`` (usually English).
+
+    Returns ``scores`` (per pair, NLL(reference) / NLL(prediction), NaN when either text is empty),
+    their mean ``information_parity``, population std ``information_parity_std`` and
+    ``information_parity_median``; ``corpus_information_parity`` (total reference NLL / total
+    prediction NLL), ``tokenization_parity`` (prediction tokens / reference tokens) and
+    ``bits_per_byte`` / ``reference_bits_per_byte`` (total NLL in bits / UTF-8 bytes), all over
+    the valid pairs. Each distinct text is scored once.
+
+    Example:
+        >>> from hf_adapters.parity import compute_information_parity
+        >>> result = compute_information_parity(["Le chat dort."], ["The cat is sleeping."])
+        >>> 0 < result["information_parity"] < 2
+        True
+    """
+    check_pairs(predictions, references)
+    model, tokenizer = model_and_tokenizer(model_id, model, tokenizer, dtype, device)
+    scores = score_texts(
+        model, tokenizer, [*predictions, *references], max_length=max_length, batch_size=batch_size, progress=progress
+    )
+    return summarize_information_parity(predictions, references, scores)
+
+
+def _model_fingerprint(model_id: str, model: PreTrainedModel | None) -> dict[str, Any] | None:
+    """What names the model without hashing its weights; None for an in-memory model with no path."""
+    if model is None:
+        return {"model_id": model_id}
+    name = getattr(model, "name_or_path", "") or getattr(model.config, "_name_or_path", "")
+    return {"model_class": type(model).__name__, "name_or_path": name} if name else None
+
+
+def add_information_parity_column(
+    ds: Any,
+    text_column: str,
+    reference_column: str,
+    *,
+    column: str = "information_parity",
+    model_id: str = DEFAULT_MODEL_ID,
+    batch_size: int = 16,
+    max_length: int | None = None,
+    dtype: str | torch.dtype | None = None,
+    device: str | torch.device | None = None,
+    model: PreTrainedModel | None = None,
+    tokenizer: PreTrainedTokenizerBase | None = None,
+    **map_kwargs: Any,
+) -> Any:
+    """Return ``ds`` (a Dataset or DatasetDict) with a ``column`` of per-row parity
+    NLL(``reference_column``) / NLL(``text_column``), NaN where either text is empty.
+
+    The cache fingerprint comes from the arguments, not the model's weights, and the model is
+    loaded only when a batch is actually computed, so a cache hit loads nothing. A caller's own
+    model is cached under its ``name_or_path``; one without a path is never served from cache.
+
+    Example:
+        >>> from datasets import Dataset
+        >>> from hf_adapters.parity import add_information_parity_column
+        >>> ds = Dataset.from_dict({"text": ["Le chat dort."], "reference": ["The cat is sleeping."]})
+        >>> add_information_parity_column(ds, "text", "reference").column_names
+        ['text', 'reference', 'information_parity']
+    """
+    from datasets import DatasetDict
+    from datasets.fingerprint import Hasher, generate_random_fingerprint
+
+    options = dict(column=column, model_id=model_id, batch_size=batch_size, max_length=max_length, dtype=dtype,
+                   device=device, model=model, tokenizer=tokenizer, **map_kwargs)
+    if isinstance(ds, DatasetDict):
+        return DatasetDict({split: add_information_parity_column(part, text_column, reference_column, **options)
+                            for split, part in ds.items()})
+    for name in (text_column, reference_column):
+        if name not in ds.column_names:
+            raise ValueError(f"column {name!r} not found; available: {ds.column_names}")
+
+    loaded: list[tuple[PreTrainedModel, PreTrainedTokenizerBase]] = []
+
+    def add_scores(batch: dict[str, list]) -> dict[str, list]:
+        if not loaded:
+            loaded.append(model_and_tokenizer(model_id, model, tokenizer, dtype, device))
+        texts, references = batch[text_column], batch[reference_column]
+        check_pairs(texts, references)
+        scores = score_texts(*loaded[0], [*texts, *references], max_length=max_length, batch_size=batch_size)
+        return {column: summarize_information_parity(texts, references, scores)["scores"]}
+
+    identity = _model_fingerprint(model_id, model)
+    if identity is None:
+        fingerprint = generate_random_fingerprint()
+    else:
+        fingerprint = Hasher.hash({
+            "transform": "information_parity", "previous": ds._fingerprint, "text_column": text_column,
+            "reference_column": reference_column, "column": column, "max_length": max_length, "dtype": str(dtype),
+            **identity,
+        })
+    map_kwargs.setdefault("batch_size", 1000)
+    map_kwargs.setdefault("desc", "Information parity")
+    return ds.map(add_scores, batched=True, new_fingerprint=fingerprint, **map_kwargs)

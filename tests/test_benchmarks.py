@@ -1,0 +1,111 @@
+"""The benchmark's pieces on the tiny model: its competitors compute our definitions, its FLOP count
+is the documented formula, and one whole run writes the Markdown report."""
+
+import math
+
+import pytest
+import torch
+
+from benchmarks import run
+from benchmarks.flops import ModelShape, matmul_peak, useful_flops
+from benchmarks.references import (
+    ScoredSequence,
+    one_at_a_time_ifd,
+    one_at_a_time_perplexity,
+    pad_to_longest_perplexity,
+)
+from hf_adapters.ifd import DEFAULT_TEMPLATE, DEFAULT_TEMPLATE_NO_INPUT, compute_ifd
+from hf_adapters.perplexity import compute_perplexity
+
+TEXTS = [
+    "The quick brown fox jumps over the lazy dog.",
+    "Write a short poem about the sea.",
+    "Cats are small mammals. " * 6,
+    "敏捷的棕色狐狸 🦊",
+    "Summarise.",
+]
+RECORDS = [
+    ("Write a short poem about the sea.", "", "The sea is wide and deep."),
+    ("Summarise the text below.", "Cats are small mammals.", "Cats are mammals."),
+    ("Translate into French.", "The dog", "Le chien paresseux."),
+]
+
+
+def test_one_at_a_time_perplexity_equals_hf_adapters(model, tokenizer):
+    reference = [s.perplexity for s in one_at_a_time_perplexity(model, tokenizer, TEXTS)]
+    ours = compute_perplexity(TEXTS, model=model, tokenizer=tokenizer, batch_size=2)["perplexities"]
+    assert ours == pytest.approx(reference, rel=1e-5)
+
+
+def test_pad_to_longest_pads_every_batch_to_the_longest_text(model, tokenizer):
+    widths = []
+    hook = model.register_forward_pre_hook(lambda _, args, kwargs: widths.append(kwargs["input_ids"].shape),
+                                           with_kwargs=True)
+    try:
+        padded = pad_to_longest_perplexity(model, tokenizer, TEXTS, batch_size=2)
+    finally:
+        hook.remove()
+    reference = one_at_a_time_perplexity(model, tokenizer, TEXTS)
+    longest = max(s.length for s in reference)
+    assert [shape[1] for shape in widths] == [longest] * 3
+    # evaluate's log-softmax over a strided class dimension rounds a little differently.
+    assert [s.perplexity for s in padded] == pytest.approx([s.perplexity for s in reference], rel=1e-4)
+    assert [s.scored for s in padded] == [s.scored for s in reference]
+
+
+def test_one_at_a_time_ifd_equals_hf_adapters(model, tokenizer):
+    instructions, inputs, outputs = (list(column) for column in zip(*RECORDS, strict=True))
+    reference = one_at_a_time_ifd(model, tokenizer, instructions, inputs, outputs, DEFAULT_TEMPLATE,
+                                  DEFAULT_TEMPLATE_NO_INPUT)
+    ours = compute_ifd(instructions, outputs, inputs, model=model, tokenizer=tokenizer)
+    assert ours["ifd_scores"] == pytest.approx([r.ifd for r in reference], rel=1e-5)
+    assert ours["direct_perplexities"] == pytest.approx([r.direct.perplexity for r in reference], rel=1e-5)
+    # Both passes score the same answer tokens.
+    assert all(r.conditional.scored == r.direct.scored for r in reference)
+
+
+def test_useful_flops_count_scored_tokens_and_causal_attention():
+    shape = ModelShape(parameters=10, layers=2, attention_width=4)
+    # Length 5, the last 2 tokens scored: they are predicted from positions that see 3 and 4 keys.
+    assert useful_flops(shape, [ScoredSequence(1.0, 2, 5)]) == 2 * 10 * 2 + 4 * 2 * 4 * (3 + 4)
+    assert useful_flops(shape, [ScoredSequence(math.nan, 0, 3)]) == 0
+
+
+def test_model_shape_reads_the_config(model):
+    shape = ModelShape.of(model)
+    assert shape == ModelShape(sum(p.numel() for p in model.parameters()), 2, 64)
+
+
+def test_matmul_peak_is_a_positive_rate():
+    assert matmul_peak(torch.float32, size=64, repeats=2) > 0
+
+
+def test_relative_differences_and_spearman_skip_nan_rows():
+    assert run.relative_differences([1.1, math.nan, 3.0], [1.0, 2.0, 3.0]).tolist() == pytest.approx([0.1, 0.0])
+    assert run.spearman([1.0, 2.0, math.nan, 4.0], [10.0, 20.0, 30.0, 40.0]) == pytest.approx(1.0)
+
+
+def test_read_records_falls_back_to_the_sample_data(tmp_path):
+    records, source = run.read_records(str(tmp_path / "missing.json"), limit=3)
+    assert len(records) == 3 and "fallback" in source
+    assert all(isinstance(record[key], str) for record in records for key in ("instruction", "input", "output"))
+
+
+def test_read_records_reads_the_shared_alpaca_subset(shared_dir):
+    records, _ = run.read_records(str(shared_dir / "data" / "alpaca_cherry_5pct.json"), limit=64)
+    assert len(records) == 64 and all(record["output"] for record in records)
+
+
+def test_whole_run_writes_the_markdown_report(model, tokenizer, monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(run, "load_model", lambda *args, **kwargs: (model, tokenizer))
+    monkeypatch.setattr(run, "matmul_peak", lambda dtype, **kwargs: 1e9)
+    output = tmp_path / "RESULTS.md"
+    run.main(["--data", str(tmp_path / "missing.json"), "--parity-data", str(tmp_path / "missing.jsonl"),
+              "--limit", "4", "--perplexity-limit", "3", "--parity-ids", "2", "--output", str(output)])
+    report = output.read_text(encoding="utf-8")
+    assert report.strip() == capsys.readouterr().out.strip()
+    assert "- Command: `python benchmarks/run.py --data" in report and "- Machine:" in report
+    for metric in ("| perplexity: 3 outputs", "| IFD: 4 records", "| Information Parity:"):
+        assert metric in report
+    assert report.count("| hf_adapters | bfloat16 |") == 3
+    assert "## bfloat16 drift from float32" in report
