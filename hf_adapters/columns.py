@@ -1,11 +1,11 @@
-"""Perplexity and IFD as new columns of a ``datasets.Dataset``, with datasets' cache.
+"""Perplexity, IFD and Information Parity as new columns of a ``datasets.Dataset``, with datasets' cache.
 
 The mappers are plain callables for ``ds.map(mapper, batched=True, with_indices=True)``; they load
-their model on the first batch, so a cache hit loads none. ``add_perplexity_column`` and
-``add_ifd_column`` fingerprint the result from the input's fingerprint and the configuration
-(model id, columns, template, ...), never from hashing a model: re-running the same call reads the
-cache. With your own ``model`` object the library cannot tell two models apart, so the result is
-not cached across calls unless you name it with ``new_fingerprint=``.
+their model on the first batch, so a cache hit loads none. The ``add_*_column`` functions
+fingerprint the result from the input's fingerprint and the configuration (model id, columns,
+template, ...), never from hashing a model: re-running the same call reads the cache. With your
+own ``model`` object the library cannot tell two models apart, so the result is not cached across
+calls unless you name it with ``new_fingerprint=``.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from .ifd import (
     score_ifd,
 )
 from .models import DEFAULT_MODEL_ID, model_and_tokenizer, resolve_device, resolve_dtype
+from .parity import check_pairs, score_texts, summarize_information_parity
 from .perplexity import compute_perplexity
 
 logger = logging.getLogger(__name__)
@@ -182,6 +183,46 @@ class IFDMapper(_ModelMapper):
         }
 
 
+class InformationParityMapper(_ModelMapper):
+    """``ds.map(InformationParityMapper(text_column=..., reference_column=...), batched=True, with_indices=True)``
+    adds a column of per-row NLL(reference) / NLL(text), the numbers of
+    :func:`hf_adapters.parity.compute_information_parity`."""
+
+    def __init__(
+        self,
+        *,
+        text_column: str,
+        reference_column: str,
+        column: str = "information_parity",
+        model_id: str = DEFAULT_MODEL_ID,
+        batch_size: int = 16,
+        max_length: int | None = None,
+        dtype: str | torch.dtype | None = None,
+        device: str | torch.device | None = None,
+        model: PreTrainedModel | None = None,
+        tokenizer: PreTrainedTokenizerBase | None = None,
+    ):
+        super().__init__(model_id, dtype, device, model, tokenizer)
+        self.text_column, self.reference_column, self.column = text_column, reference_column, column
+        self.batch_size, self.max_length = batch_size, max_length
+
+    @property
+    def source_columns(self) -> list[str]:
+        return [self.text_column, self.reference_column]
+
+    def __call__(self, batch: Mapping[str, list], indices: Sequence[int] | None = None) -> dict[str, list[float]]:
+        rows = indices if indices is not None else range(len(batch[self.text_column]))
+        texts = column_texts(batch, self.text_column, rows)
+        references = column_texts(batch, self.reference_column, rows)
+        check_pairs(texts, references)
+        model, tokenizer = self.loaded()
+        scores = score_texts(
+            model, tokenizer, [*texts, *references], max_length=self.max_length, batch_size=self.batch_size,
+            progress=False,
+        )
+        return {self.column: summarize_information_parity(texts, references, scores)["scores"]}
+
+
 def check_columns(ds: Dataset, columns: Sequence[str]) -> None:
     """Raise a ValueError naming the first of ``columns`` that ``ds`` lacks."""
     for column in columns:
@@ -297,3 +338,37 @@ def add_ifd_column(
               "outputs": [ifd_column, conditional_column, direct_column], "template": template,
               "template_no_input": template_no_input, "max_length": max_length, "mode": mode}
     return _apply(ds, mapper, config, "IFD", map_kwargs)
+
+
+def add_information_parity_column(
+    ds: Dataset | DatasetDict,
+    text_column: str,
+    reference_column: str,
+    *,
+    column: str = "information_parity",
+    model_id: str = DEFAULT_MODEL_ID,
+    batch_size: int = 16,
+    max_length: int | None = None,
+    dtype: str | torch.dtype | None = None,
+    device: str | torch.device | None = None,
+    model: PreTrainedModel | None = None,
+    tokenizer: PreTrainedTokenizerBase | None = None,
+    **map_kwargs: Any,
+) -> Dataset | DatasetDict:
+    """Return ``ds`` with a ``column`` of per-row Information Parity NLL(``reference_column``) /
+    NLL(``text_column``), NaN where either text is empty. ``map_kwargs`` go to ``Dataset.map``.
+
+    Example:
+        >>> from datasets import Dataset
+        >>> from hf_adapters.columns import add_information_parity_column
+        >>> ds = Dataset.from_dict({"text": ["Le chat dort."], "reference": ["The cat is sleeping."]})
+        >>> add_information_parity_column(ds, "text", "reference").column_names
+        ['text', 'reference', 'information_parity']
+    """
+    mapper = InformationParityMapper(
+        text_column=text_column, reference_column=reference_column, column=column, model_id=model_id,
+        batch_size=batch_size, max_length=max_length, dtype=dtype, device=device, model=model, tokenizer=tokenizer,
+    )
+    config = {"kind": "information_parity", "columns": mapper.source_columns, "column": column,
+              "max_length": max_length}
+    return _apply(ds, mapper, config, "Information parity", map_kwargs)

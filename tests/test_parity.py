@@ -5,11 +5,12 @@ import math
 import numpy as np
 import pytest
 
+import hf_adapters.columns as columns
 import hf_adapters.parity as parity
+from hf_adapters.columns import add_information_parity_column
 from hf_adapters.likelihood import start_token_id
 from hf_adapters.parity import (
     RESULT_KEYS,
-    add_information_parity_column,
     compute_information_parity,
 )
 from hf_adapters.scorers import InformationParityScorer, build_scorer
@@ -173,7 +174,7 @@ def test_column_cache_hit_loads_no_model(model, tokenizer, tmp_path, monkeypatch
         loads.append(args)
         return model, tokenizer
 
-    monkeypatch.setattr(parity, "model_and_tokenizer", fake_load)
+    monkeypatch.setattr(columns, "model_and_tokenizer", fake_load)
     first = add_information_parity_column(ds, "text", "reference", model_id="tiny-test-model")
     second = add_information_parity_column(ds, "text", "reference", model_id="tiny-test-model")
     assert len(loads) == 1
