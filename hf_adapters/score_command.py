@@ -39,6 +39,7 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--output", required=True, help="JSONL file to write; appears only when complete")
     parser.add_argument("--batch-size", type=_positive_int, help="rows per batch (overrides the config)")
     parser.add_argument("--model", help="model id, local directory or .gguf file (overrides the config)")
+    parser.add_argument("--dtype", help="float32 (exact; CPU default) or bfloat16 (fast, approximate; GPU default)")
     parser.add_argument("--overwrite", action="store_true",
                         help="discard partial results of a different job instead of refusing to mix with them")
     parser.add_argument("--no-progress", dest="progress", action="store_false", help="hide the progress bar")
@@ -48,7 +49,8 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     state = PartialState()
     try:
-        scorer = build_scorer(load_config(args.config), model=args.model, batch_size=args.batch_size)
+        scorer = build_scorer(load_config(args.config), model=args.model, batch_size=args.batch_size,
+                             dtype=args.dtype)
         with state.local_main_process_first():  # one process per node fills datasets' cache
             dataset = read_rows(args.data)
         fingerprint = data_fingerprint(args.data) if state.is_main_process else None

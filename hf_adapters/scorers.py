@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
+import torch
 import yaml
 
 from . import models
@@ -92,6 +93,13 @@ def _check_positive_int(scorer: RowScorer, key: str) -> None:
         raise ConfigError(f"{scorer.name}: `{key}` must be a positive integer, got {value!r}.")
 
 
+def _check_dtype(scorer: RowScorer) -> None:
+    try:
+        models.resolve_dtype(scorer.config["dtype"], torch.device("cpu"))
+    except ValueError as error:
+        raise ConfigError(f"{scorer.name}: {error}") from None
+
+
 class InstructionRowScorer(RowScorer):
     """Base of scorers of instruction rows: ``instruction`` and ``output`` required, ``input``
     optional (missing or None: empty); the model ``config["model"]`` is loaded on first use."""
@@ -104,6 +112,7 @@ class InstructionRowScorer(RowScorer):
             raise ConfigError(f"{self.name}: `model` must be a model id or path, got {self.config['model']!r}.")
         for key in ("max_length", "batch_size"):
             _check_positive_int(self, key)
+        _check_dtype(self)
 
     def columns(self, rows: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[str], list[str]]:
         """The rows' instructions, inputs and outputs; a ValueError names a row with a missing or non-string field."""
@@ -118,7 +127,7 @@ class InstructionRowScorer(RowScorer):
 
     def load(self):
         """The model and tokenizer named by ``config["model"]``, loaded once per process."""
-        return models.load_model(self.config["model"])
+        return models.load_model(self.config["model"], dtype=self.config["dtype"])
 
 
 @register_scorer
@@ -132,7 +141,7 @@ class PPLScorer(InstructionRowScorer):
     """
 
     name = "PPLScorer"
-    options = {"model": DEFAULT_MODEL_ID, "max_length": 2048, "batch_size": 16}
+    options = {"model": DEFAULT_MODEL_ID, "max_length": 2048, "batch_size": 16, "dtype": None}
 
     def score_rows(self, rows: Sequence[Mapping[str, Any]]) -> list[float]:
         texts = [ppl_text(*row) for row in zip(*self.columns(rows), strict=True)]
@@ -152,6 +161,7 @@ class IFDScorer(InstructionRowScorer):
         "model": DEFAULT_MODEL_ID,
         "max_length": 2048,
         "batch_size": 16,
+        "dtype": None,
         "template": DEFAULT_TEMPLATE,
         "template_no_input": DEFAULT_TEMPLATE_NO_INPUT,
     }
@@ -212,6 +222,7 @@ class InformationParityScorer(RowScorer):
         "model": DEFAULT_MODEL_ID,
         "max_length": None,
         "batch_size": 16,
+        "dtype": None,
         "text_field": "text",
         "reference_field": "reference",
     }
@@ -228,6 +239,7 @@ class InformationParityScorer(RowScorer):
         references = [row[self.config["reference_field"]] for row in rows]
         result = compute_information_parity(
             texts, references, model_id=self.config["model"], batch_size=self.config["batch_size"],
+            dtype=self.config["dtype"],
             max_length=self.config["max_length"],
         )
         return result["scores"]

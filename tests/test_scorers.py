@@ -51,10 +51,10 @@ def write(tmp_path, text):
     return path
 
 
-def test_scorers_are_registered_with_exactly_the_seed_keys():
+def test_scorers_are_registered_with_the_seed_keys_plus_an_optional_dtype():
     assert SCORERS["PPLScorer"] is PPLScorer and SCORERS["IFDScorer"] is IFDScorer
-    assert set(PPLScorer.options) == {"model", "max_length", "batch_size"}
-    assert set(IFDScorer.options) == {"model", "max_length", "batch_size", "template", "template_no_input"}
+    assert set(PPLScorer.options) == {"model", "max_length", "batch_size", "dtype"}
+    assert set(IFDScorer.options) == {"model", "max_length", "batch_size", "dtype", "template", "template_no_input"}
     assert IFDScorer.options["template"] == DEFAULT_TEMPLATE
     assert IFDScorer.options["template_no_input"] == DEFAULT_TEMPLATE_NO_INPUT
     assert PPLScorer.options["model"] == IFDScorer.options["model"] == models.DEFAULT_MODEL_ID
@@ -94,10 +94,10 @@ def test_overrides_replace_config_keys(tmp_path):
 
 
 def test_unknown_key_is_an_error_listing_the_valid_keys(tmp_path):
-    with pytest.raises(ConfigError, match=r"\['temperature'\].*valid keys: \['name', 'batch_size', 'max_length', "
-                                          r"'model', 'template', 'template_no_input'\]"):
+    with pytest.raises(ConfigError, match=r"\['temperature'\].*valid keys: \['name', 'batch_size', 'dtype', "
+                                          r"'max_length', 'model', 'template', 'template_no_input'\]"):
         build_scorer(load_config(write(tmp_path, SEED_IFD_YAML + "temperature: 0.5\n")))
-    with pytest.raises(ConfigError, match=r"valid keys: \['name', 'batch_size', 'max_length', 'model'\]"):
+    with pytest.raises(ConfigError, match=r"valid keys: \['name', 'batch_size', 'dtype', 'max_length', 'model'\]"):
         build_scorer({"name": "PPLScorer", "template": "{instruction}"})
 
 
@@ -165,3 +165,10 @@ def test_ifeval_scorer_names_a_row_without_its_response_field():
     scorer = build_scorer({"name": "IFEvalScorer", "response_field": "answer"})
     with pytest.raises(ValueError, match="Row 0 .* 'answer'"):
         scorer.score_rows(rows)
+
+
+def test_dtype_key_is_optional_and_checked():
+    assert build_scorer({"name": "IFDScorer", "dtype": "bfloat16"}).config["dtype"] == "bfloat16"
+    assert build_scorer({"name": "PPLScorer"}).config["dtype"] is None
+    with pytest.raises(ConfigError, match="Unknown dtype"):
+        build_scorer({"name": "PPLScorer", "dtype": "int4"})
