@@ -8,6 +8,9 @@ import re
 import pytest
 
 from hf_adapters import cli
+from hf_adapters.columns import ppl_text
+from hf_adapters.ifd import compute_ifd
+from hf_adapters.perplexity import compute_perplexity
 from hf_adapters.scorers import RowScorer, register_scorer
 
 
@@ -101,3 +104,31 @@ def test_batch_size_must_be_positive(tmp_path, data, capsys):
     with pytest.raises(SystemExit):
         cli.main(["score", config(tmp_path), "--data", str(data), "--output", "o.jsonl", "--batch-size", "0"])
     assert "must be at least 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["IFDScorer", "PPLScorer"])
+def test_seed_configs_on_the_command_line_give_the_metric_numbers(tmp_path, model, tokenizer, name):
+    model_dir = tmp_path / "tiny"
+    model.save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    rows = [
+        {"id": "a", "instruction": "Write a poem about the sea.", "input": "", "output": "The sea is wide."},
+        {"id": "b", "instruction": "Summarise:", "input": "Cats are small mammals.", "output": "Cats."},
+        {"id": "c", "instruction": "Say nothing.", "input": "", "output": ""},
+    ]
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    output = tmp_path / "scores.jsonl"
+    args = ["score", config(tmp_path, f"name: {name}\nmax_length: 256\nbatch_size: 2\n"), "--data", str(data),
+            "--output", str(output), "--model", str(model_dir), "--no-progress"]
+    assert cli.main(args) == 0
+    scores = [json.loads(line)["score"] for line in output.read_text().splitlines()]
+    if name == "IFDScorer":
+        expected = compute_ifd([r["instruction"] for r in rows], [r["output"] for r in rows],
+                               [r["input"] for r in rows], max_length=256, model=model, tokenizer=tokenizer)
+        expected = expected["ifd_scores"]
+    else:
+        texts = [ppl_text(r["instruction"], r["input"], r["output"]) for r in rows]
+        expected = compute_perplexity(texts, max_length=256, model=model, tokenizer=tokenizer)["perplexities"]
+    assert scores[:2] == pytest.approx(expected[:2], rel=1e-5)
+    assert (scores[2] is None) == (name == "IFDScorer")
