@@ -26,7 +26,7 @@ test: install
 	$(PY) -m pytest -q
 
 bench: install
-	$(PY) benchmarks/run.py --data ../shared/data/alpaca_cherry_5pct.json --output benchmarks/RESULTS.md
+	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE-1} $(PY) benchmarks/run.py --data ../shared/data/alpaca_cherry_5pct.json --output benchmarks/RESULTS.md
 
 clean:
 	rm -rf $(VENV) out build *.egg-info

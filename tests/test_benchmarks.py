@@ -105,6 +105,7 @@ def test_whole_run_writes_the_markdown_report(model, tokenizer, monkeypatch, tmp
     report = output.read_text(encoding="utf-8")
     assert report.strip() == capsys.readouterr().out.strip()
     assert "- Command: `python benchmarks/run.py --data" in report and "- Machine:" in report
+    assert "float32 1.0 GFLOP/s, bfloat16 1.0 GFLOP/s" in report
     for metric in ("| perplexity: 3 outputs", "| IFD: 4 records", "| Information Parity:"):
         assert metric in report
     assert report.count("| hf_adapters | bfloat16 |") == 3

@@ -1,0 +1,121 @@
+"""The competitors, written from their documented behaviour: what a user would otherwise run.
+
+* one-at-a-time float32 perplexity: one unpadded forward pass per text, full logits (the exact reference);
+* pad-to-longest perplexity: evaluate's canonical metric, which pads every batch to the data set's
+  longest text and computes logits at every position, padding included;
+* one-at-a-time two-pass IFD: Cherry_LLM's and Superfiltering's scripts, a full forward pass over
+  prompt + answer and another over the answer alone per record, loss over the answer tokens.
+
+Each uses the same tokens as hf_adapters (text tokens without special tokens after the start
+token; the prompt with the tokenizer's default special tokens), so scores are directly comparable.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from hf_adapters.likelihood import start_token_id
+
+
+@dataclass(frozen=True)
+class ScoredSequence:
+    """One forward pass's sequence: its length and the NLL (nats) of its last ``scored`` tokens."""
+
+    nll: float
+    scored: int
+    length: int
+
+    @property
+    def perplexity(self) -> float:
+        return math.exp(self.nll / self.scored) if self.scored else math.nan
+
+
+@torch.inference_mode()
+def full_forward_nll(model: PreTrainedModel, ids: Sequence[int], first_scored: int) -> ScoredSequence:
+    """NLL of ``ids[first_scored:]`` from one unpadded float32 forward pass with logits at every position."""
+    if len(ids) <= first_scored:
+        return ScoredSequence(math.nan, 0, len(ids))
+    logits = model(torch.tensor([list(ids)], device=model.device), use_cache=False).logits[0]
+    targets = torch.tensor(list(ids[first_scored:]), device=logits.device)
+    nll = F.cross_entropy(logits[first_scored - 1 : -1].float(), targets, reduction="sum")
+    return ScoredSequence(nll.item(), len(targets), len(ids))
+
+
+def text_ids(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
+    """The start token, then the text's tokens without special tokens: every text token is scored."""
+    return [start_token_id(tokenizer), *tokenizer(text, add_special_tokens=False).input_ids]
+
+
+def one_at_a_time_perplexity(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, texts: Sequence[str]
+) -> list[ScoredSequence]:
+    """The exact reference: each text alone, its own forward pass, every token after the start token scored."""
+    return [full_forward_nll(model, text_ids(tokenizer, text), 1) for text in texts]
+
+
+@torch.inference_mode()
+def pad_to_longest_perplexity(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], batch_size: int = 16
+) -> list[ScoredSequence]:
+    """evaluate's canonical perplexity: the whole data set is tokenized with padding to its longest
+    text, so every batch has that width; logits are computed at every position and the loss is
+    masked afterwards. Right padding, the start token prepended to every row."""
+    encoded = [text_ids(tokenizer, text) for text in texts]
+    width = max(len(ids) for ids in encoded)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else start_token_id(tokenizer)
+    results = []
+    for start in range(0, len(encoded), batch_size):
+        chunk = encoded[start : start + batch_size]
+        input_ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(chunk), width), dtype=torch.long)
+        for row, ids in enumerate(chunk):
+            input_ids[row, : len(ids)] = torch.tensor(ids)
+            attention_mask[row, : len(ids)] = 1
+        logits = model(input_ids=input_ids.to(model.device), attention_mask=attention_mask.to(model.device),
+                       use_cache=False).logits
+        labels, mask = input_ids[:, 1:].to(logits.device), attention_mask[:, 1:].to(logits.device)
+        token_nll = F.cross_entropy(logits[:, :-1].float().transpose(1, 2), labels, reduction="none") * mask
+        for row, ids in enumerate(chunk):
+            results.append(ScoredSequence(token_nll[row].double().sum().item(), len(ids) - 1, len(ids)))
+    return results
+
+
+@dataclass(frozen=True)
+class IFDRecord:
+    """One record's IFD from its conditional and direct passes."""
+
+    ifd: float
+    conditional: ScoredSequence
+    direct: ScoredSequence
+
+
+def one_at_a_time_ifd(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    instructions: Sequence[str],
+    inputs: Sequence[str],
+    outputs: Sequence[str],
+    template: str,
+    template_no_input: str,
+    max_length: int = 2048,
+) -> list[IFDRecord]:
+    """Cherry_LLM-style IFD, PPL(A|Q) / PPL(A): per record, a full forward pass over prompt + answer
+    (loss over the answer tokens) and one over the start token + answer, the answer cut so that
+    prompt + answer fit ``max_length``."""
+    start = start_token_id(tokenizer)
+    records = []
+    for instruction, input_text, output in zip(instructions, inputs, outputs, strict=True):
+        prompt_text = template.format(instruction=instruction, input=input_text) if input_text else (
+            template_no_input.format(instruction=instruction))
+        prompt = tokenizer(prompt_text).input_ids
+        answer = tokenizer(output, add_special_tokens=False).input_ids[: max_length - len(prompt)]
+        conditional = full_forward_nll(model, prompt + answer, len(prompt))
+        direct = full_forward_nll(model, [start, *answer], 1)
+        records.append(IFDRecord(conditional.perplexity / direct.perplexity, conditional, direct))
+    return records

@@ -1,0 +1,386 @@
+"""Benchmark hf_adapters against what a user would otherwise run, in one process, on one model and data.
+
+For perplexity, IFD and Information Parity it times our float32 and bfloat16 paths and each
+competitor, and reports scored tokens per second, speed-ups, the largest relative difference of
+the scores from the float32 reference, and useful FLOP/s as a fraction of the measured matmul
+peak. It prints a Markdown table and writes it to ``--output``.
+
+    python benchmarks/run.py --data ../shared/data/alpaca_cherry_5pct.json --output benchmarks/RESULTS.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import math
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import torch
+
+if __package__ in (None, ""):  # run as a script: make the repository importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.flops import FORMULA, ModelShape, matmul_peak, synchronize, useful_flops  # noqa: E402
+from benchmarks.references import (  # noqa: E402
+    ScoredSequence,
+    one_at_a_time_ifd,
+    one_at_a_time_perplexity,
+    pad_to_longest_perplexity,
+    text_ids,
+)
+from hf_adapters.ifd import DEFAULT_TEMPLATE, DEFAULT_TEMPLATE_NO_INPUT, compute_ifd  # noqa: E402
+from hf_adapters.models import DEFAULT_MODEL_ID, load_model  # noqa: E402
+from hf_adapters.parity_command import evaluate_parallel, group_by_language, read_jsonl  # noqa: E402
+from hf_adapters.perplexity import compute_perplexity  # noqa: E402
+
+PACKAGE_DATA = Path(__file__).resolve().parents[1] / "hf_adapters" / "data"
+SAMPLE_RECORDS = PACKAGE_DATA / "sample.jsonl"
+SAMPLE_PARALLEL = PACKAGE_DATA / "parallel_sample.jsonl"
+
+
+@dataclass
+class Run:
+    """One implementation's timed run over a section's job."""
+
+    implementation: str
+    dtype: str
+    seconds: float
+    scores: list[float]
+    ours: bool = False
+
+
+@dataclass
+class Section:
+    """One metric's job and every implementation timed on it; ``runs[0]`` is the reference of its scores."""
+
+    metric: str
+    job: str
+    sequences: list[ScoredSequence]
+    runs: list[Run] = field(default_factory=list)
+
+    @property
+    def scored_tokens(self) -> int:
+        return sum(sequence.scored for sequence in self.sequences)
+
+    @property
+    def reference(self) -> Run:
+        return self.runs[0]
+
+
+def relative_differences(scores: Sequence[float], reference: Sequence[float]) -> np.ndarray:
+    """|score - reference| / |reference| over the rows where both are finite."""
+    a, b = np.asarray(scores, dtype=np.float64), np.asarray(reference, dtype=np.float64)
+    keep = np.isfinite(a) & np.isfinite(b) & (b != 0)
+    return np.abs(a[keep] - b[keep]) / np.abs(b[keep])
+
+
+def spearman(scores: Sequence[float], reference: Sequence[float]) -> float:
+    """Spearman rank correlation over the rows where both are finite."""
+    from scipy.stats import spearmanr
+
+    a, b = np.asarray(scores, dtype=np.float64), np.asarray(reference, dtype=np.float64)
+    keep = np.isfinite(a) & np.isfinite(b)
+    return float(spearmanr(a[keep], b[keep]).statistic)
+
+
+def timed(function: Callable[[], list[float]], device: torch.device) -> tuple[list[float], float]:
+    """The function's scores and its wall time in seconds."""
+    synchronize(device)
+    start = time.perf_counter()
+    scores = function()
+    synchronize(device)
+    return scores, time.perf_counter() - start
+
+
+def read_records(path: str | None, limit: int) -> tuple[list[dict], str]:
+    """The first ``limit`` instruction/input/output records of ``path`` (a JSON list or JSONL), or of
+    the package's sample data when ``path`` is missing; and where they came from."""
+    if path and Path(path).is_file():
+        text = Path(path).read_text(encoding="utf-8")
+        records = json.loads(text) if text.lstrip().startswith("[") else [json.loads(line) for line in
+                                                                         text.splitlines() if line.strip()]
+        source = path
+    else:
+        records = read_jsonl(SAMPLE_RECORDS)
+        source = f"{SAMPLE_RECORDS.relative_to(PACKAGE_DATA.parents[1])} (fallback: {path} not found)"
+    return [dict(record, input=record.get("input") or "") for record in records[:limit]], source
+
+
+def read_parallel(path: str | None, ids_per_language: int) -> tuple[list[dict], str]:
+    """The first ``ids_per_language`` sentence ids of a FLORES-style ``{lang, id, text}`` file, or of
+    the package's parallel sample when ``path`` is missing; and where they came from."""
+    if path and Path(path).is_file():
+        rows, source = read_jsonl(path), path
+    else:
+        rows = read_jsonl(SAMPLE_PARALLEL)
+        source = f"{SAMPLE_PARALLEL.relative_to(PACKAGE_DATA.parents[1])} (fallback: {path} not found)"
+    ids = list(dict.fromkeys(row["id"] for row in rows))[:ids_per_language]
+    return [row for row in rows if row["id"] in ids], source
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def time_runs(section: Section, candidates: list[tuple[str, str, bool, Callable, Callable]], device) -> Section:
+    """Warm each candidate up on a tiny job, then time it on the whole job."""
+    for name, dtype, ours, warm_up, run in candidates:
+        warm_up()
+        scores, seconds = timed(run, device)
+        section.runs.append(Run(name, dtype, seconds, scores, ours))
+        log(f"  {section.metric}: {name} ({dtype}) {seconds:.1f} s")
+    return section
+
+
+def bench_perplexity(models: dict, tokenizer, texts: list[str], batch_size: int, device) -> Section:
+    fp32, bf16 = models["float32"], models["bfloat16"]
+
+    def ours(model, rows):
+        return lambda: compute_perplexity(rows, model=model, tokenizer=tokenizer, batch_size=batch_size,
+                                          progress=False)["perplexities"]
+
+    def one_at_a_time(rows):
+        return lambda: [s.perplexity for s in one_at_a_time_perplexity(fp32, tokenizer, rows)]
+
+    def padded(rows):
+        return lambda: [s.perplexity for s in pad_to_longest_perplexity(fp32, tokenizer, rows, batch_size)]
+
+    tokens = sum(len(text_ids(tokenizer, text)) - 1 for text in texts)
+    section = Section("perplexity", f"{len(texts)} outputs, {tokens:,} tokens",
+                      [ScoredSequence(math.nan, len(ids) - 1, len(ids)) for ids in
+                       (text_ids(tokenizer, text) for text in texts)])
+    warm = texts[:2]
+    return time_runs(section, [
+        ("one-at-a-time (reference)", "float32", False, one_at_a_time(warm), one_at_a_time(texts)),
+        ("pad to longest (evaluate-style)", "float32", False, padded(warm), padded(texts)),
+        ("hf_adapters", "float32", True, ours(fp32, warm), ours(fp32, texts)),
+        ("hf_adapters", "bfloat16", True, ours(bf16, warm), ours(bf16, texts)),
+    ], device)
+
+
+def bench_ifd(models: dict, tokenizer, records: list[dict], batch_size: int, device) -> Section:
+    fp32, bf16 = models["float32"], models["bfloat16"]
+    columns = {key: [record[key] for record in records] for key in ("instruction", "input", "output")}
+    reference_records = []
+
+    def ours(model, n):
+        return lambda: compute_ifd(columns["instruction"][:n], columns["output"][:n], columns["input"][:n],
+                                   model=model, tokenizer=tokenizer, batch_size=batch_size,
+                                   progress=False)["ifd_scores"]
+
+    def reference(n):
+        def run():
+            reference_records[:] = one_at_a_time_ifd(
+                fp32, tokenizer, columns["instruction"][:n], columns["input"][:n], columns["output"][:n],
+                DEFAULT_TEMPLATE, DEFAULT_TEMPLATE_NO_INPUT)
+            return [record.ifd for record in reference_records]
+        return run
+
+    section = Section("IFD", f"{len(records)} records, both passes", [])
+    time_runs(section, [
+        ("one-at-a-time two-pass (Cherry_LLM-style, reference)", "float32", False, reference(2),
+         reference(len(records))),
+    ], device)
+    section.sequences = [s for record in reference_records for s in (record.conditional, record.direct)]
+    section.job += f", {section.scored_tokens:,} scored tokens"
+    return time_runs(section, [
+        ("hf_adapters", "float32", True, ours(fp32, 2), ours(fp32, len(records))),
+        ("hf_adapters", "bfloat16", True, ours(bf16, 2), ours(bf16, len(records))),
+    ], device)
+
+
+def package_runner() -> Callable | None:
+    """The package comparison of ``benchmarks/parity_vs_package.py``, if ``information-parity`` is installed."""
+    try:
+        from benchmarks.parity_vs_package import run_package
+    except ImportError:
+        return None
+    return run_package
+
+
+def bench_parity(models: dict, tokenizer, rows: list[dict], reference_lang: str, batch_size: int,
+                 device) -> Section:
+    fp32, bf16 = models["float32"], models["bfloat16"]
+    grouped = group_by_language(rows)
+    languages = sorted(lang for lang in grouped if lang != reference_lang)
+    first_id = rows[0]["id"]
+    warm = [row for row in rows if row["id"] == first_id]
+
+    def ours(model, subset):
+        def run():
+            result = evaluate_parallel(subset, reference_lang, model=model, tokenizer=tokenizer,
+                                       batch_size=batch_size)["languages"]
+            return [result[lang]["information_parity"] for lang in languages if lang in result]
+        return run
+
+    texts = list(dict.fromkeys(row["text"] for row in rows))
+    sequences = [ScoredSequence(math.nan, len(ids) - 1, len(ids)) for ids in (text_ids(tokenizer, t) for t in texts)]
+    section = Section("Information Parity",
+                      f"{len(languages)} languages vs {reference_lang}, {len(texts)} sentences, mean per language",
+                      sequences)
+    candidates = []
+    if (run_package := package_runner()) is not None:
+        def package(subset):
+            def run():
+                means = run_package(fp32, tokenizer, group_by_language(subset), reference_lang)
+                return [means[lang] for lang in languages if lang in means]
+            return run
+        candidates.append(("information-parity 0.1.1 package (reference)", "float32", False, package(warm),
+                           package(rows)))
+    else:
+        log("  information-parity is not installed: Information Parity is timed without its competitor.")
+    candidates += [
+        ("hf_adapters", "float32", True, ours(fp32, warm), ours(fp32, rows)),
+        ("hf_adapters", "bfloat16", True, ours(bf16, warm), ours(bf16, rows)),
+    ]
+    return time_runs(section, candidates, device)
+
+
+def format_table(sections: list[Section], peaks: dict[str, float], shape: ModelShape) -> str:
+    header = ("| metric, job | implementation | dtype | seconds | scored tok/s | speed-up of ours | "
+              "max rel. diff vs reference | useful GFLOP/s | of peak |")
+    lines = [header, "|" + " --- |" * 3 + " ---: |" * 6]
+    for section in sections:
+        flops = useful_flops(shape, section.sequences)
+        competitors = [run for run in section.runs if not run.ours]
+        for position, run in enumerate(section.runs):
+            speedup = ", ".join(f"{other.seconds / run.seconds:.2f}x vs {other.implementation.split(' (')[0]}"
+                                for other in competitors) if run.ours else ""
+            if run is section.reference:
+                difference = "(reference)" if not run.ours else "(reference: no competitor)"
+            else:
+                rel = relative_differences(run.scores, section.reference.scores)
+                difference = f"{rel.max():.1e}" if rel.size else "n/a"
+            achieved = flops / run.seconds
+            label = f"{section.metric}: {section.job}" if position == 0 else ""
+            lines.append(
+                f"| {label} | {run.implementation} | {run.dtype} | {run.seconds:.1f} | "
+                f"{section.scored_tokens / run.seconds:,.0f} | {speedup} | {difference} | {achieved / 1e9:.1f} | "
+                f"{achieved / peaks[run.dtype]:.1%} |"
+            )
+    return "\n".join(lines)
+
+
+def drift_table(sections: list[Section]) -> str:
+    """How far the bfloat16 scores are from the float32 ones, per metric."""
+    lines = ["| metric | compared with | rows | median rel. diff | max rel. diff | Spearman |",
+             "| --- | --- | ---: | ---: | ---: | ---: |"]
+    for section in sections:
+        bf16 = next(run for run in section.runs if run.ours and run.dtype == "bfloat16")
+        rel = relative_differences(bf16.scores, section.reference.scores)
+        lines.append(
+            f"| {section.metric} | {section.reference.implementation}, {section.reference.dtype} | {rel.size} | "
+            f"{np.median(rel):.1e} | {rel.max():.1e} | {spearman(bf16.scores, section.reference.scores):.4f} |"
+        )
+    return "\n".join(lines)
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_description(device: torch.device) -> str:
+    if device.type == "cuda":
+        return f"{torch.cuda.get_device_name(device)}, torch {torch.__version__}"
+    return (f"{cpu_name()} ({platform.machine()}, {os.cpu_count()} logical CPUs, {torch.get_num_threads()} torch "
+            f"threads, {torch.backends.cpu.get_cpu_capability()}), {platform.system()} {platform.release()}, "
+            f"Python {platform.python_version()}, torch {torch.__version__}")
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", help="Alpaca-style JSON/JSONL records (instruction, input, output); "
+                                       "falls back to the package's sample data when missing")
+    parser.add_argument("--parity-data", default="../shared/data/flores200_dev10.jsonl",
+                        help="FLORES-style JSONL ({lang, id, text}); falls back to the package's parallel sample")
+    parser.add_argument("--reference-lang", default="eng_Latn")
+    parser.add_argument("--limit", type=int, default=64, help="records for IFD (64 or more for the Spearman check)")
+    parser.add_argument("--perplexity-limit", type=int, default=32, help="records whose outputs perplexity scores")
+    parser.add_argument("--parity-ids", type=int, default=3, help="sentences per language for Information Parity")
+    parser.add_argument("--model", default=DEFAULT_MODEL_ID)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--output", help="also write the report as Markdown here")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> str:
+    args = parse_args(argv)
+    started = time.perf_counter()
+    device = torch.device(args.device)
+    date = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else math.nan
+    command = "python benchmarks/run.py " + " ".join(sys.argv[1:] if argv is None else argv)
+
+    log("Measuring the matmul peak ...")
+    dtypes = {name: getattr(torch, name) for name in ("float32", "bfloat16")}
+    peaks = {name: matmul_peak(dtype, device=args.device) for name, dtype in dtypes.items()}
+    log("Loading the model ...")
+    fp32, tokenizer = load_model(args.model, dtype="float32", device=device)
+    # The same weights cast to bfloat16, as load_model(dtype="bfloat16") does, without a second load.
+    models = {"float32": fp32, "bfloat16": copy.deepcopy(fp32).to(torch.bfloat16)}
+    shape = ModelShape.of(fp32)
+
+    records, source = read_records(args.data, args.limit)
+    parity_rows, parity_source = read_parallel(args.parity_data, args.parity_ids)
+    log(f"Benchmarking on {len(records)} records of {source} ...")
+    sections = [
+        bench_perplexity(models, tokenizer, [r["output"] for r in records[: args.perplexity_limit]],
+                         args.batch_size, device),
+        bench_ifd(models, tokenizer, records, args.batch_size, device),
+        bench_parity(models, tokenizer, parity_rows, args.reference_lang, args.batch_size, device),
+    ]
+    # Measured again at the end and the best kept: a busy machine can hide the ceiling at the start.
+    peaks = {name: max(peak, matmul_peak(dtypes[name], device=args.device)) for name, peak in peaks.items()}
+    elapsed = time.perf_counter() - started
+    load_after = os.getloadavg()[0] if hasattr(os, "getloadavg") else math.nan
+
+    report = "\n".join([
+        "# hf_adapters benchmark",
+        "",
+        f"- Command: `{command}`",
+        f"- Machine: {machine_description(device)}; load average {load_before:.1f} at start, "
+        f"{load_after:.1f} at end",
+        f"- Date: {date}; whole run {elapsed / 60:.1f} min",
+        f"- Model: {args.model} ({shape.parameters / 1e6:.1f}M parameters, {shape.layers} layers), float32 "
+        "weights, and the same weights cast to bfloat16; batch size "
+        f"{args.batch_size}",
+        f"- Data: {source} (first {len(records)} records; perplexity scores the first "
+        f"{min(args.perplexity_limit, len(records))} outputs); {parity_source} (first {args.parity_ids} ids)",
+        "- Matmul peak (2048 x 2048, best of 10 runs, at start and end): "
+        f"float32 {peaks['float32'] / 1e9:.1f} GFLOP/s, bfloat16 {peaks['bfloat16'] / 1e9:.1f} GFLOP/s",
+        f"- {FORMULA}; \"of peak\" divides by the peak of the row's dtype",
+        "- Max rel. diff: largest |score - reference| / |reference| over rows (perplexity per text, IFD per "
+        "record, parity per language mean)",
+        "",
+        format_table(sections, peaks, shape),
+        "",
+        "## bfloat16 drift from float32",
+        "",
+        drift_table(sections),
+        "",
+    ])
+    print(report)
+    if args.output:
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.output).write_text(report, encoding="utf-8")
+    return report
+
+
+if __name__ == "__main__":
+    main()
