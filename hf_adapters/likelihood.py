@@ -21,8 +21,12 @@ logger = logging.getLogger(__name__)
 
 #: Largest number of scored positions sent through the output layer at once (bounds vocab memory).
 OUTPUT_CHUNK_POSITIONS = 2048
-#: Default token budget of one batch (rows x padded length).
+#: Default token budget of one batch (rows x padded length) on accelerators, and on the CPU.
 DEFAULT_MAX_BATCH_TOKENS = 16384
+CPU_MAX_BATCH_TOKENS = 2048
+#: On the CPU an item joins a batch only if padding adds at most this fraction of the batch's length:
+#: one unpadded sequence of a few hundred tokens already keeps the cores busy, and padding is wasted work.
+CPU_MAX_PADDING = 0.1
 
 
 @dataclass(frozen=True)
@@ -82,9 +86,13 @@ def _prepare(
     return _Prepared(index, input_ids, len(context), truncated)
 
 
-def make_batches(lengths: Sequence[int], batch_size: int | None, max_batch_tokens: int | None) -> list[list[int]]:
+def make_batches(
+    lengths: Sequence[int], batch_size: int | None, max_batch_tokens: int | None, max_padding: float | None = None
+) -> list[list[int]]:
     """Group item indices, longest first, so that each batch holds at most ``batch_size`` rows and
-    ``max_batch_tokens`` padded tokens (always at least one row)."""
+    ``max_batch_tokens`` padded tokens (always at least one row). With ``max_padding``, an item
+    joins a batch only if padding it to the batch's longest adds at most that fraction of the
+    longest length (0: only equal lengths share a batch)."""
     order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
     batches: list[list[int]] = []
     for i in order:
@@ -93,7 +101,8 @@ def make_batches(lengths: Sequence[int], batch_size: int | None, max_batch_token
             padded_tokens = lengths[batch[0]] * (len(batch) + 1)
             fits_rows = batch_size is None or len(batch) < batch_size
             fits_tokens = max_batch_tokens is None or padded_tokens <= max_batch_tokens
-            if fits_rows and fits_tokens:
+            fits_padding = max_padding is None or lengths[batch[0]] - lengths[i] <= max_padding * lengths[batch[0]]
+            if fits_rows and fits_tokens and fits_padding:
                 batch.append(i)
                 continue
         batches.append([i])
@@ -142,8 +151,10 @@ def _score_batch(model: PreTrainedModel, batch: list[_Prepared], pad_id: int) ->
         rows.extend([row] * len(scored))
         positions.extend(scored)
         targets.extend(item.input_ids[item.first_scored:])
+    # Without padding the mask is left out, so attention takes its plain causal path.
+    padded = any(len(item.input_ids) < width for item in batch)
     hidden = body(
-        input_ids=input_ids.to(device), attention_mask=attention_mask.to(device), use_cache=False
+        input_ids=input_ids.to(device), attention_mask=attention_mask.to(device) if padded else None, use_cache=False
     ).last_hidden_state
     hidden = hidden[torch.tensor(rows, device=device), torch.tensor(positions, device=device)]
     targets_t = torch.tensor(targets, device=device)
@@ -164,7 +175,8 @@ def score_continuations(
     *,
     max_length: int | None = None,
     batch_size: int | None = 16,
-    max_batch_tokens: int | None = DEFAULT_MAX_BATCH_TOKENS,
+    max_batch_tokens: int | None = None,
+    max_padding: float | None = None,
     progress: bool | None = None,
     desc: str = "Scoring",
 ) -> list[ContinuationScore]:
@@ -174,6 +186,11 @@ def score_continuations(
     token is always scored. Sequences longer than ``max_length`` (default: the model's position
     limit) are right-truncated, keeping the context; an item left with no scored token gets NaN
     and a warning.
+
+    Batches hold at most ``batch_size`` items and ``max_batch_tokens`` padded tokens; an item
+    joins a batch only if padding it adds at most ``max_padding`` of the batch's length (1.0: any
+    padding). Both default to the device's: 16384 tokens and any padding on accelerators;
+    2048 tokens and 10% padding on the CPU, where batching pays only for short sequences.
 
     Example:
         >>> from hf_adapters import load_model, score_continuations
@@ -199,7 +216,12 @@ def score_continuations(
         logger.warning("Item %d has no token to score (%s); its score is NaN.", item.index, reason)
         results[item.index] = ContinuationScore(math.nan, 0, item.truncated)
 
-    batches = make_batches([len(item.input_ids) for item in scorable], batch_size, max_batch_tokens)
+    on_cpu = model.get_output_embeddings().weight.device.type == "cpu"
+    if max_batch_tokens is None:
+        max_batch_tokens = CPU_MAX_BATCH_TOKENS if on_cpu else DEFAULT_MAX_BATCH_TOKENS
+    if max_padding is None:
+        max_padding = CPU_MAX_PADDING if on_cpu else 1.0
+    batches = make_batches([len(item.input_ids) for item in scorable], batch_size, max_batch_tokens, max_padding)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else start_id
     show = progress if progress is not None else len(batches) > 8
     with tqdm(total=sum(len(item.input_ids) for item in scorable), desc=desc, unit="tok",

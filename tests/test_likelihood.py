@@ -39,21 +39,46 @@ def assert_matches_naive(model, tokenizer, items, scores, max_length=None):
         assert score.nll == pytest.approx(expected, rel=1e-5, nan_ok=True)
 
 
+@pytest.mark.parametrize("max_padding", [0.0, 0.1, 1.0])
 @pytest.mark.parametrize("batch_size", [1, 2, 3, 16])
-def test_scores_equal_naive_reference_for_any_batch_size(model, tokenizer, batch_size):
+def test_scores_equal_naive_reference_for_any_batch_size(model, tokenizer, batch_size, max_padding):
     items = encode(tokenizer, TEXTS)
-    scores = score_continuations(model, tokenizer, items, batch_size=batch_size)
+    scores = score_continuations(model, tokenizer, items, batch_size=batch_size, max_padding=max_padding)
     assert_matches_naive(model, tokenizer, items, scores)
 
 
-def test_scores_do_not_depend_on_order_or_token_budget(model, tokenizer):
+@pytest.mark.parametrize("max_padding", [0.1, 1.0])
+def test_scores_do_not_depend_on_order_or_token_budget(model, tokenizer, max_padding):
     items = encode(tokenizer, TEXTS * 3)
     reference = score_continuations(model, tokenizer, items, batch_size=1)
     order = list(range(len(items)))
     random.Random(0).shuffle(order)
-    shuffled = score_continuations(model, tokenizer, [items[i] for i in order], batch_size=7, max_batch_tokens=90)
+    shuffled = score_continuations(model, tokenizer, [items[i] for i in order], batch_size=7, max_batch_tokens=90,
+                                   max_padding=max_padding)
     for position, i in enumerate(order):
         assert shuffled[position].nll == pytest.approx(reference[i].nll, rel=1e-5)
+
+
+def test_cpu_batches_pad_at_most_ten_percent_and_unpadded_batches_build_no_mask(model, tokenizer, monkeypatch):
+    items = encode(tokenizer, TEXTS * 2) + [([5] * 40, [6] * 20), ([5] * 40, [6] * 18), ([5] * 40, [6] * 10)]
+    batches = []
+    original = model.base_model.forward
+
+    def recording_forward(*args, **kwargs):
+        mask = kwargs["attention_mask"]
+        width = kwargs["input_ids"].shape[1]
+        batches.append((mask, [width] * len(kwargs["input_ids"]) if mask is None else mask.sum(1).tolist()))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(model.base_model, "forward", recording_forward)
+    scores = score_continuations(model, tokenizer, items, batch_size=16)
+    monkeypatch.undo()
+    assert_matches_naive(model, tokenizer, items, scores)
+    assert len(batches) < len(items)
+    for mask, lengths in batches:
+        assert max(lengths) - min(lengths) <= 0.1 * max(lengths)
+        assert (mask is None) == (min(lengths) == max(lengths))
+    assert any(mask is not None for mask, _ in batches)
 
 
 def test_empty_context_is_replaced_by_bos_so_first_token_is_scored(model, tokenizer):
@@ -151,3 +176,6 @@ def test_batches_are_longest_first_within_row_and_token_budgets():
         assert len(batch) <= 2
         assert len(batch) == 1 or lengths[batch[0]] * len(batch) <= 18
     assert make_batches([50], batch_size=4, max_batch_tokens=10) == [[0]]
+    unpadded = make_batches(lengths, batch_size=4, max_batch_tokens=None, max_padding=0.0)
+    assert unpadded == [[1], [5], [2, 3], [0], [4]]
+    assert make_batches(lengths, batch_size=4, max_batch_tokens=None, max_padding=0.1) == [[1, 5], [2, 3], [0], [4]]
