@@ -17,8 +17,9 @@ from pathlib import Path
 import torch
 from information_parity import InformationParity
 
+from hf_adapters.data_io import read_jsonl
 from hf_adapters.models import DEFAULT_MODEL_ID, load_model
-from hf_adapters.parity_command import evaluate_parallel, group_by_language, read_jsonl
+from hf_adapters.parity_command import evaluate_parallel, group_by_language
 
 
 def run_package(model, tokenizer, grouped: dict, reference: str) -> dict[str, float]:
