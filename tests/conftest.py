@@ -12,6 +12,8 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+from hf_adapters import models as hf_models
+
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 CORPUS = [
     "The quick brown fox jumps over the lazy dog.",
@@ -62,6 +64,19 @@ def tokenizer() -> PreTrainedTokenizerFast:
 @pytest.fixture(scope="session")
 def model(tokenizer) -> LlamaForCausalLM:
     return build_model(len(tokenizer))
+
+
+@pytest.fixture
+def load_calls(model, tokenizer, monkeypatch):
+    """Every model id loaded by name; ``load_model`` returns the tiny model instead."""
+    calls = []
+
+    def fake_load_model(model_id=hf_models.DEFAULT_MODEL_ID, dtype=None, device=None, trust_remote_code=False):
+        calls.append(model_id)
+        return model, tokenizer
+
+    monkeypatch.setattr(hf_models, "load_model", fake_load_model)
+    return calls
 
 
 @pytest.fixture(scope="session")

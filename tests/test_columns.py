@@ -5,7 +5,6 @@ import math
 import pytest
 from datasets import Dataset, DatasetDict, load_from_disk
 
-from hf_adapters import models
 from hf_adapters.columns import (
     IFDMapper,
     PerplexityMapper,
@@ -18,19 +17,6 @@ from hf_adapters.perplexity import compute_perplexity
 from tests.test_ifd import INPUTS, INSTRUCTIONS, OUTPUTS
 
 ROWS = {"instruction": INSTRUCTIONS, "input": INPUTS, "output": OUTPUTS}
-
-
-@pytest.fixture
-def load_calls(model, tokenizer, monkeypatch):
-    """Every model id loaded by name; `load_model` returns the tiny model."""
-    calls = []
-
-    def fake_load_model(model_id=models.DEFAULT_MODEL_ID, dtype=None, device=None, trust_remote_code=False):
-        calls.append(model_id)
-        return model, tokenizer
-
-    monkeypatch.setattr(models, "load_model", fake_load_model)
-    return calls
 
 
 @pytest.fixture

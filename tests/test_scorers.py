@@ -32,19 +32,6 @@ ROWS = [
 ]
 
 
-@pytest.fixture
-def load_calls(model, tokenizer, monkeypatch):
-    """Every model id loaded; `load_model` returns the tiny model."""
-    calls = []
-
-    def fake_load_model(model_id=models.DEFAULT_MODEL_ID, dtype=None, device=None, trust_remote_code=False):
-        calls.append(model_id)
-        return model, tokenizer
-
-    monkeypatch.setattr(models, "load_model", fake_load_model)
-    return calls
-
-
 def write(tmp_path, text):
     path = tmp_path / "config.yaml"
     path.write_text(text, encoding="utf-8")
