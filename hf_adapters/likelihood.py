@@ -133,30 +133,47 @@ def _unwrap(model):
     return model.get_base_model() if hasattr(model, "get_base_model") else model
 
 
-@torch.inference_mode()
-def _score_batch(model: PreTrainedModel, batch: list[_Prepared], pad_id: int) -> list[float]:
-    body, head = model.base_model, model.get_output_embeddings()
-    postprocess = _logit_postprocessor(model)
-    device = head.weight.device
+def _padded_inputs(batch: list[_Prepared], pad_id: int) -> tuple[dict[str, torch.Tensor | None], list[int]]:
+    """Right-padded rows; the mask is left out when no row is padded (plain causal attention).
+    Returns the model inputs and each item's offset in the flattened (rows x width) positions."""
     width = max(len(item.input_ids) for item in batch)
     input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
     attention_mask = torch.zeros((len(batch), width), dtype=torch.long)
-    rows, positions, targets = [], [], []
     for row, item in enumerate(batch):
-        n = len(item.input_ids)
-        input_ids[row, :n] = torch.tensor(item.input_ids)
-        attention_mask[row, :n] = 1
+        input_ids[row, : len(item.input_ids)] = torch.tensor(item.input_ids)
+        attention_mask[row, : len(item.input_ids)] = 1
+    padded = any(len(item.input_ids) < width for item in batch)
+    inputs = {"input_ids": input_ids, "attention_mask": attention_mask if padded else None}
+    return inputs, [row * width for row in range(len(batch))]
+
+
+def _packed_inputs(batch: list[_Prepared]) -> tuple[dict[str, torch.Tensor | None], list[int]]:
+    """All items in one row, position ids restarting at each item and no mask: transformers then
+    keeps attention within each item (FlashAttention's varlen kernels, or a block-diagonal mask)."""
+    offsets = [0]
+    for item in batch:
+        offsets.append(offsets[-1] + len(item.input_ids))
+    input_ids = torch.tensor([[token for item in batch for token in item.input_ids]])
+    position_ids = torch.tensor([[p for item in batch for p in range(len(item.input_ids))]])
+    return {"input_ids": input_ids, "position_ids": position_ids, "attention_mask": None}, offsets[:-1]
+
+
+@torch.inference_mode()
+def _score_batch(model: PreTrainedModel, batch: list[_Prepared], pad_id: int, packed: bool) -> list[float]:
+    body, head = model.base_model, model.get_output_embeddings()
+    postprocess = _logit_postprocessor(model)
+    device = head.weight.device
+    inputs, offsets = _packed_inputs(batch) if packed else _padded_inputs(batch, pad_id)
+    items, positions, targets = [], [], []
+    for index, (item, offset) in enumerate(zip(batch, offsets, strict=True)):
         # The logits at position p predict the token at p + 1.
-        scored = range(item.first_scored - 1, n - 1)
-        rows.extend([row] * len(scored))
+        scored = range(offset + item.first_scored - 1, offset + len(item.input_ids) - 1)
+        items.extend([index] * len(scored))
         positions.extend(scored)
         targets.extend(item.input_ids[item.first_scored:])
-    # Without padding the mask is left out, so attention takes its plain causal path.
-    padded = any(len(item.input_ids) < width for item in batch)
-    hidden = body(
-        input_ids=input_ids.to(device), attention_mask=attention_mask.to(device) if padded else None, use_cache=False
-    ).last_hidden_state
-    hidden = hidden[torch.tensor(rows, device=device), torch.tensor(positions, device=device)]
+    inputs = {name: None if value is None else value.to(device) for name, value in inputs.items()}
+    hidden = body(**inputs, use_cache=False).last_hidden_state
+    hidden = hidden.reshape(-1, hidden.shape[-1])[torch.tensor(positions, device=device)]
     targets_t = torch.tensor(targets, device=device)
     token_nll = torch.empty(len(targets), dtype=torch.float64, device=device)
     for start in range(0, len(targets), OUTPUT_CHUNK_POSITIONS):
@@ -164,8 +181,13 @@ def _score_batch(model: PreTrainedModel, batch: list[_Prepared], pad_id: int) ->
         logits = postprocess(head(hidden[start:stop])).float()
         token_nll[start:stop] = torch.nn.functional.cross_entropy(logits, targets_t[start:stop], reduction="none")
     sums = torch.zeros(len(batch), dtype=torch.float64, device=device)
-    sums.index_add_(0, torch.tensor(rows, device=device), token_nll)
+    sums.index_add_(0, torch.tensor(items, device=device), token_nll)
     return sums.tolist()
+
+
+def uses_varlen_attention(model: PreTrainedModel) -> bool:
+    """Whether the model's attention runs FlashAttention kernels, which take packed sequences as they are."""
+    return str(getattr(model.config, "_attn_implementation", "")).startswith("flash_attention")
 
 
 def score_continuations(
@@ -177,6 +199,7 @@ def score_continuations(
     batch_size: int | None = 16,
     max_batch_tokens: int | None = None,
     max_padding: float | None = None,
+    packing: bool | None = None,
     progress: bool | None = None,
     desc: str = "Scoring",
 ) -> list[ContinuationScore]:
@@ -191,6 +214,10 @@ def score_continuations(
     joins a batch only if padding it adds at most ``max_padding`` of the batch's length (1.0: any
     padding). Both default to the device's: 16384 tokens and any padding on accelerators;
     2048 tokens and 10% padding on the CPU, where batching pays only for short sequences.
+
+    With ``packing`` (default: when the model runs FlashAttention, whose varlen kernels need no
+    mask) each batch is one row of items laid end to end, position ids restarting at each item:
+    no padding at all.
 
     Example:
         >>> from hf_adapters import load_model, score_continuations
@@ -219,8 +246,10 @@ def score_continuations(
     on_cpu = model.get_output_embeddings().weight.device.type == "cpu"
     if max_batch_tokens is None:
         max_batch_tokens = CPU_MAX_BATCH_TOKENS if on_cpu else DEFAULT_MAX_BATCH_TOKENS
+    if packing is None:
+        packing = uses_varlen_attention(model)
     if max_padding is None:
-        max_padding = CPU_MAX_PADDING if on_cpu else 1.0
+        max_padding = 1.0 if packing or not on_cpu else CPU_MAX_PADDING
     batches = make_batches([len(item.input_ids) for item in scorable], batch_size, max_batch_tokens, max_padding)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else start_id
     show = progress if progress is not None else len(batches) > 8
@@ -228,7 +257,7 @@ def score_continuations(
               disable=not show) as bar:
         for batch_indices in batches:
             batch = [scorable[i] for i in batch_indices]
-            for item, nll in zip(batch, _score_batch(model, batch, pad_id), strict=True):
+            for item, nll in zip(batch, _score_batch(model, batch, pad_id, packing), strict=True):
                 results[item.index] = ContinuationScore(nll, len(item.input_ids) - item.first_scored, item.truncated)
             bar.update(sum(len(item.input_ids) for item in batch))
     return results  # type: ignore[return-value]

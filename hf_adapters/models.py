@@ -106,7 +106,19 @@ def resolve_device(device: str | int | torch.device | None) -> torch.device:
     return torch.device(device)
 
 
-def _load_from(source: ModelSource, dtype: torch.dtype, trust_remote_code: bool):
+def attention_implementation(device: torch.device, dtype: torch.dtype) -> str | None:
+    """FlashAttention 2 on CUDA in half precision when ``flash-attn`` is installed (its varlen kernels
+    let the core pack sequences without padding); otherwise transformers' default."""
+    from transformers.utils import is_flash_attn_2_available
+
+    if device.type == "cuda" and dtype in (torch.bfloat16, torch.float16) and is_flash_attn_2_available():
+        return "flash_attention_2"
+    return None
+
+
+def _load_from(
+    source: ModelSource, dtype: torch.dtype, trust_remote_code: bool, attn_implementation: str | None = None
+):
     kwargs = {"trust_remote_code": trust_remote_code}
     if source.gguf_file:
         kwargs["gguf_file"] = source.gguf_file
@@ -114,6 +126,8 @@ def _load_from(source: ModelSource, dtype: torch.dtype, trust_remote_code: bool)
     else:
         # safetensors only: loading a model never unpickles a file.
         model_kwargs = dict(kwargs, use_safetensors=True)
+    if attn_implementation:
+        model_kwargs["attn_implementation"] = attn_implementation
     tokenizer = AutoTokenizer.from_pretrained(source.path, **kwargs)
     model = AutoModelForCausalLM.from_pretrained(source.path, dtype=dtype, **model_kwargs)
     return model.to(dtype), tokenizer
@@ -146,7 +160,7 @@ def load_model(
         failures = []
         for source in candidate_sources(model_id):
             try:
-                model, tokenizer = _load_from(source, dtype, trust_remote_code)
+                model, tokenizer = _load_from(source, dtype, trust_remote_code, attention_implementation(device, dtype))
             except (OSError, ValueError, ImportError, RuntimeError) as error:
                 failures.append(f"  {source}: {type(error).__name__}: {str(error).splitlines()[0][:300]}")
                 continue

@@ -7,6 +7,7 @@ import random
 import pytest
 import torch
 
+from hf_adapters import likelihood
 from hf_adapters.likelihood import (
     OUTPUT_CHUNK_POSITIONS,
     make_batches,
@@ -179,3 +180,41 @@ def test_batches_are_longest_first_within_row_and_token_budgets():
     unpadded = make_batches(lengths, batch_size=4, max_batch_tokens=None, max_padding=0.0)
     assert unpadded == [[1], [5], [2, 3], [0], [4]]
     assert make_batches(lengths, batch_size=4, max_batch_tokens=None, max_padding=0.1) == [[1, 5], [2, 3], [0], [4]]
+
+
+@pytest.mark.parametrize("batch_size", [1, 3, 16])
+def test_packed_batches_equal_the_naive_reference(model, tokenizer, batch_size):
+    items = encode(tokenizer, TEXTS * 2)
+    scores = score_continuations(model, tokenizer, items, batch_size=batch_size, packing=True)
+    assert_matches_naive(model, tokenizer, items, scores)
+
+
+def test_packing_lays_items_end_to_end_with_restarting_positions_and_no_mask(model, tokenizer, monkeypatch):
+    items = encode(tokenizer, TEXTS[:3])
+    calls = []
+    original = model.base_model.forward
+
+    def recording_forward(*args, **kwargs):
+        calls.append(kwargs)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(model.base_model, "forward", recording_forward)
+    packed = score_continuations(model, tokenizer, items, batch_size=16, packing=True)
+    monkeypatch.undo()
+    [call] = calls
+    lengths = sorted((max(len(c), 1) + len(a) for c, a in items), reverse=True)
+    assert call["input_ids"].shape == (1, sum(lengths)) and call["attention_mask"] is None
+    assert call["position_ids"][0].tolist() == [p for n in lengths for p in range(n)]
+    padded = score_continuations(model, tokenizer, items, batch_size=16, packing=False, max_padding=1.0)
+    assert [s.nll for s in packed] == pytest.approx([s.nll for s in padded], rel=1e-5)
+
+
+def test_packing_is_the_default_for_flash_attention_models(model, tokenizer, monkeypatch):
+    layouts = []
+    monkeypatch.setattr(likelihood, "_score_batch",
+                        lambda model, batch, pad_id, packed: layouts.append(packed) or [0.0] * len(batch))
+    items = encode(tokenizer, TEXTS[:2])
+    score_continuations(model, tokenizer, items)
+    monkeypatch.setattr(model.config, "_attn_implementation", "flash_attention_2")
+    score_continuations(model, tokenizer, items)
+    assert layouts[0] is False and layouts[-1] is True

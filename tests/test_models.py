@@ -9,6 +9,7 @@ from hf_adapters.models import (
     DEFAULT_MODEL_ID,
     ModelLoadError,
     ModelSource,
+    attention_implementation,
     candidate_sources,
     load_model,
     resolve_dtype,
@@ -28,9 +29,9 @@ def count_loads(monkeypatch):
     calls = []
     original = models._load_from
 
-    def counting(source, dtype, trust_remote_code):
+    def counting(source, dtype, trust_remote_code, attn_implementation=None):
         calls.append(source)
-        return original(source, dtype, trust_remote_code)
+        return original(source, dtype, trust_remote_code, attn_implementation)
 
     monkeypatch.setattr(models, "_load_from", counting)
     models.clear_model_cache()
@@ -110,3 +111,13 @@ def test_dtype_defaults_to_float32_on_cpu_and_bfloat16_on_cuda():
 def test_unknown_dtype_is_refused():
     with pytest.raises(ValueError, match="Unknown dtype"):
         resolve_dtype("int8", torch.device("cpu"))
+
+
+def test_flash_attention_is_asked_for_only_on_cuda_in_half_precision_when_installed(monkeypatch):
+    monkeypatch.setattr("transformers.utils.is_flash_attn_2_available", lambda: True)
+    assert attention_implementation(torch.device("cuda"), torch.bfloat16) == "flash_attention_2"
+    assert attention_implementation(torch.device("cuda"), torch.float32) is None
+    assert attention_implementation(torch.device("cpu"), torch.bfloat16) is None
+    monkeypatch.setattr("transformers.utils.is_flash_attn_2_available", lambda: False)
+    assert attention_implementation(torch.device("cuda"), torch.bfloat16) is None
+
