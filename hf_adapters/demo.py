@@ -13,7 +13,14 @@ import time
 from importlib import resources
 from pathlib import Path
 
+from .columns import ppl_text
 from .data_io import read_jsonl
+from .ifd import compute_ifd
+from .ifeval import demo_rows, score_row
+from .models import DEFAULT_MODEL_ID, load_model
+from .parity_command import evaluate_parallel, parallel_sample_rows
+from .parity_command import format_table as parity_table
+from .perplexity import compute_perplexity
 from .report import format_number, format_table
 
 
@@ -32,10 +39,6 @@ def _write_jsonl(records: list[dict], path: Path) -> None:
 
 
 def _instruction_scores(rows: list[dict], model, tokenizer) -> list[dict]:
-    from .columns import ppl_text
-    from .ifd import compute_ifd
-    from .perplexity import compute_perplexity
-
     texts = [ppl_text(row["instruction"], row.get("input"), row["output"]) for row in rows]
     ppl = compute_perplexity(texts, model=model, tokenizer=tokenizer)
     ifd = compute_ifd(
@@ -63,17 +66,12 @@ def _instruction_scores(rows: list[dict], model, tokenizer) -> list[dict]:
 
 
 def _information_parity(model, tokenizer) -> None:
-    from .parity_command import evaluate_parallel, parallel_sample_rows
-    from .parity_command import format_table as parity_table
-
     result = evaluate_parallel(parallel_sample_rows(), "eng_Latn", model=model, tokenizer=tokenizer)
     print("\nInformation Parity of the bundled parallel sentences against English:")
     print(parity_table(result))
 
 
 def _ifeval() -> None:
-    from .ifeval import demo_rows, score_row
-
     print("\nIFEval on a few hand-written responses:")
     table = []
     for row in demo_rows():
@@ -86,8 +84,6 @@ def _ifeval() -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .models import load_model
-
     start = time.perf_counter()
     rows = sample_rows()
     model, tokenizer = load_model(args.model, dtype=args.dtype)
@@ -102,8 +98,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    from .models import DEFAULT_MODEL_ID
-
     parser = subparsers.add_parser("demo", help="Score the bundled sample data and print the results.")
     parser.add_argument("--model", default=DEFAULT_MODEL_ID, help="model id, local directory or .gguf file")
     parser.add_argument("--dtype", default=None, help="float32 (CPU default) or bfloat16")
