@@ -17,6 +17,8 @@ import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from .cpu_kernels import fast_float32_linear
+
 logger = logging.getLogger(__name__)
 
 #: Largest number of scored positions sent through the output layer at once (bounds vocab memory).
@@ -172,14 +174,15 @@ def _score_batch(model: PreTrainedModel, batch: list[_Prepared], pad_id: int, pa
         positions.extend(scored)
         targets.extend(item.input_ids[item.first_scored:])
     inputs = {name: None if value is None else value.to(device) for name, value in inputs.items()}
-    hidden = body(**inputs, use_cache=False).last_hidden_state
-    hidden = hidden.reshape(-1, hidden.shape[-1])[torch.tensor(positions, device=device)]
     targets_t = torch.tensor(targets, device=device)
     token_nll = torch.empty(len(targets), dtype=torch.float64, device=device)
-    for start in range(0, len(targets), OUTPUT_CHUNK_POSITIONS):
-        stop = start + OUTPUT_CHUNK_POSITIONS
-        logits = postprocess(head(hidden[start:stop])).float()
-        token_nll[start:stop] = torch.nn.functional.cross_entropy(logits, targets_t[start:stop], reduction="none")
+    with fast_float32_linear(device):
+        hidden = body(**inputs, use_cache=False).last_hidden_state
+        hidden = hidden.reshape(-1, hidden.shape[-1])[torch.tensor(positions, device=device)]
+        for start in range(0, len(targets), OUTPUT_CHUNK_POSITIONS):
+            stop = start + OUTPUT_CHUNK_POSITIONS
+            logits = postprocess(head(hidden[start:stop])).float()
+            token_nll[start:stop] = torch.nn.functional.cross_entropy(logits, targets_t[start:stop], reduction="none")
     sums = torch.zeros(len(batch), dtype=torch.float64, device=device)
     sums.index_add_(0, torch.tensor(items, device=device), token_nll)
     return sums.tolist()
