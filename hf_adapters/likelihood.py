@@ -2,8 +2,9 @@
 
 Items are scored in length-sorted batches bounded by a token budget. The output layer runs only
 at scored positions, so no batch x length x vocabulary tensor of unscored positions is built, and
-log-softmax runs in float32 whatever the model's dtype. Scores do not depend on batch size, order
-or padding beyond float rounding.
+log-softmax runs in float32 whatever the model's dtype. On the CPU, float32 linear layers run
+through oneDNN (:mod:`hf_adapters.cpu_kernels`). Scores do not depend on batch size, order or
+padding beyond float rounding.
 """
 
 from __future__ import annotations
