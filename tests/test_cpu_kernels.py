@@ -27,7 +27,7 @@ def onednn_calls(monkeypatch):
 
 
 @needs_onednn
-@pytest.mark.parametrize("shape", [(5, 48), (2, 7, 48), (1, 48)])
+@pytest.mark.parametrize("shape", [(48,), (1, 48), (5, 48), (2, 7, 48), (2, 3, 4, 48)])
 @pytest.mark.parametrize("bias", [True, False])
 def test_onednn_linear_equals_default_linear_within_float32_rounding(shape, bias, onednn_calls):
     torch.manual_seed(0)
