@@ -38,3 +38,14 @@ def test_package_divides_by_zero_on_empty_text_where_we_give_nan(model, tokenize
         package.compute_information_parity(["Hello there."], [""])
     result = compute_information_parity([""], ["Hello there."], model=model, tokenizer=tokenizer)
     assert math.isnan(result["scores"][0])
+
+
+def test_benchmark_rows_compute_the_same_means_as_the_package(model, tokenizer):
+    from benchmarks.parity_vs_package import run_core_one_at_a_time, run_package
+
+    grouped = {"eng": dict(enumerate(REFERENCES)), "xx": dict(enumerate(PREDICTIONS)), "yy": {0: PREDICTIONS[0]}}
+    package_means = run_package(model, tokenizer, grouped, "eng")
+    core_means = run_core_one_at_a_time(model, tokenizer, grouped, "eng")
+    assert list(package_means) == list(core_means) == ["xx", "yy"]
+    for lang, mean in package_means.items():
+        assert core_means[lang] == pytest.approx(mean, rel=1e-4)
