@@ -37,6 +37,10 @@ def _runs_on_onednn(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tenso
     )
 
 
+def _linear_arguments(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None):
+    return input, weight, bias
+
+
 class OneDNNLinear(TorchFunctionMode):
     """While active, ``F.linear`` on float32 CPU tensors (hence every ``nn.Linear``) runs on oneDNN;
     anything else (other dtypes or devices, tensor subclasses, autograd) runs as usual.
@@ -58,10 +62,6 @@ class OneDNNLinear(TorchFunctionMode):
             if _runs_on_onednn(input, weight, bias):
                 return torch.ops.mkldnn._linear_pointwise(input, weight, bias, "none", [], "")
         return func(*args, **kwargs)
-
-
-def _linear_arguments(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None):
-    return input, weight, bias
 
 
 def fast_float32_linear(device: torch.device) -> contextlib.AbstractContextManager:
