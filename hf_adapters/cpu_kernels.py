@@ -9,6 +9,7 @@ order of the sums, as different batch shapes already make them differ."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import platform
 
 import torch
@@ -18,6 +19,7 @@ from torch.overrides import TorchFunctionMode
 _PLAIN_TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
 
 
+@functools.cache
 def onednn_linear_available() -> bool:
     """Whether this PyTorch build can run float32 linear layers through oneDNN on this processor."""
     return (
