@@ -21,9 +21,16 @@ $(STAMP): setup.cfg pyproject.toml
 demo: install
 	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE-1} $(PY) -m hf_adapters demo --output out/demo_scores.jsonl
 
+# The tests that compare scores with the naive float32/float64 references, run again under each
+# float32 CPU kernel, so that both pass on every machine whichever one `auto` picks there.
+KERNEL_TESTS := tests/test_likelihood.py tests/test_perplexity.py tests/test_ifd.py tests/test_ifd_metric.py \
+	tests/test_parity.py tests/test_default_model.py tests/test_benchmarks.py tests/test_cpu_kernels.py
+
 test: install
 	$(PY) -m ruff check .
 	$(PY) -m pytest -q
+	HF_ADAPTERS_CPU_LINEAR=default $(PY) -m pytest -q -p no:cacheprovider $(KERNEL_TESTS)
+	HF_ADAPTERS_CPU_LINEAR=onednn $(PY) -m pytest -q -p no:cacheprovider $(KERNEL_TESTS)
 
 bench: install
 	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE-1} $(PY) benchmarks/run.py --data ../shared/data/alpaca_cherry_5pct.json --output benchmarks/RESULTS.md

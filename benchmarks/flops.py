@@ -14,10 +14,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from transformers import PreTrainedModel
 
-from hf_adapters.cpu_kernels import fast_float32_linear
+from hf_adapters.cpu_kernels import LINEAR_KERNELS
 
 from .references import ScoredSequence
 
@@ -61,18 +60,20 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def matmul_peak(dtype: torch.dtype, size: int = 2048, repeats: int = 10, device: str = "cpu") -> float:
+def matmul_peak(dtype: torch.dtype, size: int = 2048, repeats: int = 10, device: str = "cpu",
+                kernel: str = "default") -> float:
     """Best FLOP/s of a ``size`` x ``size`` matrix product in ``dtype`` over ``repeats`` timed runs,
-    through the kernels the likelihood core uses for linear layers (oneDNN for float32 on x86 CPUs)."""
+    through one of the candidate linear kernels (``"default"`` or, float32 on x86 CPUs, ``"onednn"``)."""
     a = torch.randn(size, size, device=device).to(dtype)
     b = torch.randn(size, size, device=device).to(dtype)
-    with torch.inference_mode(), fast_float32_linear(a.device):
-        F.linear(a, b)  # warm-up: kernel selection and first-touch allocation
+    linear = LINEAR_KERNELS[kernel]
+    with torch.inference_mode():
+        linear(a, b)  # warm-up: kernel selection and first-touch allocation
         best = float("inf")
         for _ in range(repeats):
             synchronize(a.device)
             start = time.perf_counter()
-            F.linear(a, b)
+            linear(a, b)
             synchronize(a.device)
             best = min(best, time.perf_counter() - start)
     return 2.0 * size**3 / best

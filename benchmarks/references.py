@@ -38,12 +38,14 @@ class ScoredSequence:
 
 @torch.inference_mode()
 def full_forward_nll(model: PreTrainedModel, ids: Sequence[int], first_scored: int) -> ScoredSequence:
-    """NLL of ``ids[first_scored:]`` from one unpadded float32 forward pass with logits at every position."""
+    """NLL of ``ids[first_scored:]`` from one unpadded forward pass with logits at every position
+    (log-softmax in float32, or float64 for a float64 model)."""
     if len(ids) <= first_scored:
         return ScoredSequence(math.nan, 0, len(ids))
     logits = model(torch.tensor([list(ids)], device=model.device), use_cache=False).logits[0]
     targets = torch.tensor(list(ids[first_scored:]), device=logits.device)
-    nll = F.cross_entropy(logits[first_scored - 1 : -1].float(), targets, reduction="sum")
+    logits = logits[first_scored - 1 : -1].to(torch.promote_types(logits.dtype, torch.float32))
+    nll = F.cross_entropy(logits, targets, reduction="sum")
     return ScoredSequence(nll.item(), len(targets), len(ids))
 
 

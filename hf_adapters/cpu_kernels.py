@@ -1,22 +1,50 @@
-"""Float32 linear layers on the CPU through oneDNN instead of the default BLAS.
+"""CPU kernels chosen by measurement: which library runs float32 linear layers, and whether
+bfloat16 is worth using on this processor.
 
-PyTorch's x86 builds send float32 matrix products to MKL, which does not pick its fastest code
-paths on every processor; oneDNN, bundled with the same builds, does its own dispatch. On the
-2-core AMD EPYC this project is benchmarked on, a 2048 x 2048 float32 product runs at about
-190 GFLOP/s through MKL and 420 through oneDNN. Both compute in float32 and differ only in the
-order of the sums, as different batch shapes already make them differ."""
+PyTorch's x86 builds send float32 matrix products to MKL; oneDNN, bundled with the same builds,
+does its own dispatch. Which is faster depends on the processor: on an AMD EPYC with AVX-512
+(Zen 4) oneDNN ran a 2048 x 2048 product at about 420 GFLOP/s against MKL's 190; on a Zen 3
+(AVX2 only) MKL ran it at 54 and oneDNN at 46. So the first time a model is scored in a process,
+both run the model's own linear-layer shapes for a fraction of a second and the faster one is
+used from then on. Both compute in float32 and differ only in the order of the sums, as
+different batch shapes already make them differ. ``HF_ADAPTERS_CPU_LINEAR=auto|onednn|default``
+overrides the choice.
+
+bfloat16 matrix products are fast only where the processor multiplies bfloat16 natively (x86:
+AVX512-BF16 or AMX; Arm: the BF16 extension); elsewhere PyTorch emulates them, several times
+slower than float32, and scoring a bfloat16 model on such a CPU warns once.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import logging
+import os
 import platform
+import time
+import warnings
+from collections import Counter
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
+logger = logging.getLogger(__name__)
+
+#: Environment variable that overrides the measured choice: ``auto`` (default), ``onednn`` or ``default``.
+CPU_LINEAR_ENV = "HF_ADAPTERS_CPU_LINEAR"
+CPU_LINEAR_SETTINGS = ("auto", "onednn", "default")
+#: Rows (token positions) of the products timed for each of the model's weight shapes.
+MEASURE_ROWS = 128
+#: Output features a timed product keeps at most: the output layer's rows are timed on a slice and scaled.
+MEASURE_MAX_OUTPUTS = 4096
+MEASURE_REPEATS = 3
+
 _PLAIN_TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
+_X86 = ("x86_64", "amd64", "i386", "i686")
+_ARM = ("aarch64", "arm64")
 
 
 @functools.cache
@@ -37,6 +65,15 @@ def _runs_on_onednn(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tenso
         and input.numel() > 0
         and not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
     )
+
+
+def onednn_linear(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``F.linear`` computed by oneDNN (float32 CPU tensors, contiguous weight)."""
+    return torch.ops.mkldnn._linear_pointwise(input, weight, bias, "none", [], "")
+
+
+#: The candidate float32 CPU kernels for linear layers, by the name ``HF_ADAPTERS_CPU_LINEAR`` uses.
+LINEAR_KERNELS = {"default": F.linear, "onednn": onednn_linear}
 
 
 def _linear_arguments(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None):
@@ -62,10 +99,164 @@ class OneDNNLinear(TorchFunctionMode):
         if func is F.linear:
             input, weight, bias = _linear_arguments(*args, **kwargs)
             if _runs_on_onednn(input, weight, bias):
-                return torch.ops.mkldnn._linear_pointwise(input, weight, bias, "none", [], "")
+                return onednn_linear(input, weight, bias)
         return func(*args, **kwargs)
 
 
-def fast_float32_linear(device: torch.device) -> contextlib.AbstractContextManager:
-    """:class:`OneDNNLinear` for a model on the CPU where oneDNN is available, else a no-op context."""
-    return OneDNNLinear() if device.type == "cpu" and onednn_linear_available() else contextlib.nullcontext()
+@dataclass(frozen=True)
+class LinearKernelChoice:
+    """The kernel that runs a model's float32 linear layers on the CPU, and why.
+
+    Attributes:
+        kernel: ``"onednn"`` or ``"default"`` (PyTorch's own BLAS, MKL on x86 builds).
+        reason: ``"measured"``, or what decided without measuring.
+        rates: FLOP/s of each candidate on the model's weight shapes, when measured.
+    """
+
+    kernel: str
+    reason: str
+    rates: dict[str, float] = field(default_factory=dict)
+
+
+def linear_shapes(model: torch.nn.Module) -> Counter[tuple[int, int]]:
+    """How many float32 CPU ``nn.Linear`` layers of each (out features, in features) the model has."""
+    return Counter(
+        tuple(module.weight.shape)
+        for module in model.modules()
+        if isinstance(module, torch.nn.Linear)
+        and module.weight.dtype == torch.float32
+        and module.weight.device.type == "cpu"
+    )
+
+
+def _seconds(linear, operands: list[tuple[torch.Tensor, torch.Tensor, float]]) -> float:
+    """Wall time of one pass over the timed products, each weighted by how often the model runs it."""
+    total = 0.0
+    for x, weight, weight_count in operands:
+        start = time.perf_counter()
+        linear(x, weight)
+        total += (time.perf_counter() - start) * weight_count
+    return total
+
+
+@torch.inference_mode()
+def measure_linear_rates(
+    shapes: Counter[tuple[int, int]], rows: int = MEASURE_ROWS, repeats: int = MEASURE_REPEATS
+) -> dict[str, float]:
+    """FLOP/s of each candidate kernel on ``rows`` positions through every weight shape, weighted
+    by how many layers have it: best of ``repeats`` interleaved passes after a warm-up."""
+    operands, flops = [], 0.0
+    for (out_features, in_features), count in shapes.items():
+        kept = min(out_features, MEASURE_MAX_OUTPUTS)
+        operands.append((torch.randn(rows, in_features), torch.randn(kept, in_features), count * out_features / kept))
+        flops += 2.0 * rows * in_features * out_features * count
+    best = dict.fromkeys(LINEAR_KERNELS, float("inf"))
+    for linear in LINEAR_KERNELS.values():
+        _seconds(linear, operands)
+    for _ in range(repeats):
+        for name, linear in LINEAR_KERNELS.items():
+            best[name] = min(best[name], _seconds(linear, operands))
+    return {name: flops / max(seconds, 1e-9) for name, seconds in best.items()}
+
+
+def cpu_linear_setting() -> str:
+    """The value of ``HF_ADAPTERS_CPU_LINEAR`` (``auto`` when unset)."""
+    setting = os.environ.get(CPU_LINEAR_ENV, "").strip().lower() or "auto"
+    if setting not in CPU_LINEAR_SETTINGS:
+        raise ValueError(f"{CPU_LINEAR_ENV}={setting!r}; use one of {', '.join(CPU_LINEAR_SETTINGS)}.")
+    return setting
+
+
+_measured: dict[frozenset, LinearKernelChoice] = {}
+
+
+def choose_cpu_linear(model: torch.nn.Module) -> LinearKernelChoice:
+    """The kernel for the model's float32 CPU linear layers: forced by ``HF_ADAPTERS_CPU_LINEAR``,
+    else the faster of the default BLAS and oneDNN on the model's weight shapes, measured once per
+    process and set of shapes and logged at INFO."""
+    setting = cpu_linear_setting()
+    if setting == "default":
+        return LinearKernelChoice("default", f"forced by {CPU_LINEAR_ENV}")
+    if not onednn_linear_available():
+        return LinearKernelChoice("default", "oneDNN linear is not available in this PyTorch build")
+    if setting == "onednn":
+        return LinearKernelChoice("onednn", f"forced by {CPU_LINEAR_ENV}")
+    shapes = linear_shapes(model)
+    if not shapes:
+        return LinearKernelChoice("default", "no float32 linear layer on the CPU")
+    key = frozenset(shapes.items())
+    if key not in _measured:
+        rates = measure_linear_rates(shapes)
+        kernel = max(rates, key=rates.get)
+        _measured[key] = LinearKernelChoice(kernel, "measured", rates)
+        logger.info(
+            "CPU float32 linear layers run on %s: on this model's shapes the default BLAS ran at %.1f GFLOP/s "
+            "and oneDNN at %.1f GFLOP/s (set %s to override).",
+            "oneDNN" if kernel == "onednn" else "the default BLAS", rates["default"] / 1e9, rates["onednn"] / 1e9,
+            CPU_LINEAR_ENV,
+        )
+    return _measured[key]
+
+
+def cpu_linear_kernel(model: torch.nn.Module) -> contextlib.AbstractContextManager:
+    """Context in which the model's float32 CPU linear layers run on the chosen kernel
+    (:func:`choose_cpu_linear`); a no-op for models off the CPU."""
+    device = next(model.parameters()).device
+    if device.type != "cpu" or choose_cpu_linear(model).kernel != "onednn":
+        return contextlib.nullcontext()
+    return OneDNNLinear()
+
+
+def cpu_flags() -> set[str]:
+    """The processor's feature flags as Linux lists them (``flags`` on x86, ``Features`` on Arm)."""
+    try:
+        text = open("/proc/cpuinfo", encoding="utf-8").read()
+    except OSError:
+        return set()
+    for line in text.splitlines():
+        name, _, value = line.partition(":")
+        if name.strip() in ("flags", "Features"):
+            return set(value.split())
+    return set()
+
+
+def _macos_arm_has_bfloat16() -> bool:
+    import subprocess
+
+    result = subprocess.run(["sysctl", "-n", "hw.optional.arm.FEAT_BF16"], capture_output=True, text=True)
+    return result.stdout.strip() == "1"
+
+
+@functools.cache
+def cpu_has_native_bfloat16() -> bool:
+    """Whether this processor multiplies bfloat16 natively: AVX512-BF16 or AMX on x86, the BF16
+    extension on Arm. Without it PyTorch emulates bfloat16 products, slower than float32."""
+    machine = platform.machine().lower()
+    if machine in _X86:
+        return bool({"avx512_bf16", "amx_bf16"} & cpu_flags())
+    if machine in _ARM:
+        return "bf16" in cpu_flags() or (platform.system() == "Darwin" and _macos_arm_has_bfloat16())
+    return False
+
+
+class EmulatedBfloat16Warning(UserWarning):
+    """bfloat16 on a CPU that emulates it: slower than float32, and approximate."""
+
+
+@functools.cache
+def warn_emulated_bfloat16() -> None:
+    """Warn, once per process, that bfloat16 runs emulated on this CPU."""
+    warnings.warn(
+        "This processor has no native bfloat16 instructions (AVX512-BF16, AMX or Arm BF16): PyTorch emulates "
+        "bfloat16 products, which makes scoring several times slower than float32 as well as approximate. "
+        'Use dtype="float32" (the CPU default) here.',
+        EmulatedBfloat16Warning,
+        stacklevel=3,
+    )
+
+
+def check_cpu_dtype(model: torch.nn.Module) -> None:
+    """Warn once if the model holds bfloat16 weights on a CPU without native bfloat16."""
+    parameter = next(model.parameters())
+    if parameter.device.type == "cpu" and parameter.dtype == torch.bfloat16 and not cpu_has_native_bfloat16():
+        warn_emulated_bfloat16()

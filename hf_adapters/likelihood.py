@@ -2,9 +2,9 @@
 
 Items are scored in length-sorted batches bounded by a token budget. The output layer runs only
 at scored positions, so no batch x length x vocabulary tensor of unscored positions is built, and
-log-softmax runs in float32 whatever the model's dtype. On the CPU, float32 linear layers run
-through oneDNN (:mod:`hf_adapters.cpu_kernels`). Scores do not depend on batch size, order or
-padding beyond float rounding.
+log-softmax runs in float32 whatever the model's dtype. On the CPU, float32 linear layers run on
+the faster of the default BLAS and oneDNN, measured on the model (:mod:`hf_adapters.cpu_kernels`).
+Scores do not depend on batch size, order or padding beyond float rounding.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from .cpu_kernels import fast_float32_linear
+from .cpu_kernels import check_cpu_dtype, cpu_linear_kernel
 
 logger = logging.getLogger(__name__)
 
@@ -177,13 +177,12 @@ def _score_batch(model: PreTrainedModel, batch: list[_Prepared], pad_id: int, pa
     inputs = {name: None if value is None else value.to(device) for name, value in inputs.items()}
     targets_t = torch.tensor(targets, device=device)
     token_nll = torch.empty(len(targets), dtype=torch.float64, device=device)
-    with fast_float32_linear(device):
-        hidden = body(**inputs, use_cache=False).last_hidden_state
-        hidden = hidden.reshape(-1, hidden.shape[-1])[torch.tensor(positions, device=device)]
-        for start in range(0, len(targets), OUTPUT_CHUNK_POSITIONS):
-            stop = start + OUTPUT_CHUNK_POSITIONS
-            logits = postprocess(head(hidden[start:stop])).float()
-            token_nll[start:stop] = torch.nn.functional.cross_entropy(logits, targets_t[start:stop], reduction="none")
+    hidden = body(**inputs, use_cache=False).last_hidden_state
+    hidden = hidden.reshape(-1, hidden.shape[-1])[torch.tensor(positions, device=device)]
+    for start in range(0, len(targets), OUTPUT_CHUNK_POSITIONS):
+        stop = start + OUTPUT_CHUNK_POSITIONS
+        logits = postprocess(head(hidden[start:stop])).float()
+        token_nll[start:stop] = torch.nn.functional.cross_entropy(logits, targets_t[start:stop], reduction="none")
     sums = torch.zeros(len(batch), dtype=torch.float64, device=device)
     sums.index_add_(0, torch.tensor(items, device=device), token_nll)
     return sums.tolist()
@@ -257,8 +256,9 @@ def score_continuations(
     batches = make_batches([len(item.input_ids) for item in scorable], batch_size, max_batch_tokens, max_padding)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else start_id
     show = progress if progress is not None else len(batches) > 8
+    check_cpu_dtype(model)
     with tqdm(total=sum(len(item.input_ids) for item in scorable), desc=desc, unit="tok",
-              disable=not show) as bar:
+              disable=not show) as bar, cpu_linear_kernel(model):
         for batch_indices in batches:
             batch = [scorable[i] for i in batch_indices]
             for item, nll in zip(batch, _score_batch(model, batch, pad_id, packing), strict=True):

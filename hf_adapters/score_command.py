@@ -39,7 +39,8 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--output", required=True, help="JSONL file to write; appears only when complete")
     parser.add_argument("--batch-size", type=_positive_int, help="rows per batch (overrides the config)")
     parser.add_argument("--model", help="model id, local directory or .gguf file (overrides the config)")
-    parser.add_argument("--dtype", help="float32 (exact; CPU default) or bfloat16 (fast, approximate; GPU default)")
+    parser.add_argument("--dtype", help="float32 (exact; CPU default) or bfloat16 (approximate; GPU default; "
+                                        "fast only on GPUs and on CPUs with native bfloat16)")
     parser.add_argument("--overwrite", action="store_true",
                         help="discard partial results of a different job instead of refusing to mix with them")
     parser.add_argument("--no-progress", dest="progress", action="store_false", help="hide the progress bar")

@@ -16,6 +16,7 @@ from benchmarks.references import (
 )
 from hf_adapters.ifd import DEFAULT_TEMPLATE, DEFAULT_TEMPLATE_NO_INPUT, compute_ifd
 from hf_adapters.perplexity import compute_perplexity
+from tests.conftest import assert_exact
 
 TEXTS = [
     "The quick brown fox jumps over the lazy dog.",
@@ -32,9 +33,8 @@ RECORDS = [
 
 
 def test_one_at_a_time_perplexity_equals_hf_adapters(model, tokenizer):
-    reference = [s.perplexity for s in one_at_a_time_perplexity(model, tokenizer, TEXTS)]
     ours = compute_perplexity(TEXTS, model=model, tokenizer=tokenizer, batch_size=2)["perplexities"]
-    assert ours == pytest.approx(reference, rel=1e-5)
+    assert_exact(ours, lambda m: [s.perplexity for s in one_at_a_time_perplexity(m, tokenizer, TEXTS)], model)
 
 
 def test_pad_to_longest_pads_every_batch_to_the_longest_text(model, tokenizer):
@@ -58,8 +58,13 @@ def test_one_at_a_time_ifd_equals_hf_adapters(model, tokenizer):
     reference = one_at_a_time_ifd(model, tokenizer, instructions, inputs, outputs, DEFAULT_TEMPLATE,
                                   DEFAULT_TEMPLATE_NO_INPUT)
     ours = compute_ifd(instructions, outputs, inputs, model=model, tokenizer=tokenizer)
-    assert ours["ifd_scores"] == pytest.approx([r.ifd for r in reference], rel=1e-5)
-    assert ours["direct_perplexities"] == pytest.approx([r.direct.perplexity for r in reference], rel=1e-5)
+
+    def naive(m):
+        return [[r.ifd, r.direct.perplexity] for r in one_at_a_time_ifd(
+            m, tokenizer, instructions, inputs, outputs, DEFAULT_TEMPLATE, DEFAULT_TEMPLATE_NO_INPUT)]
+
+    assert_exact([list(pair) for pair in zip(ours["ifd_scores"], ours["direct_perplexities"], strict=True)], naive,
+                 model)
     # Both passes score the same answer tokens.
     assert all(r.conditional.scored == r.direct.scored for r in reference)
 
@@ -96,17 +101,26 @@ def test_read_records_reads_the_shared_alpaca_subset(shared_dir):
     assert len(records) == 64 and all(record["output"] for record in records)
 
 
-def test_whole_run_writes_the_markdown_report(model, tokenizer, monkeypatch, tmp_path, capsys):
+@pytest.mark.parametrize("native_bfloat16", [True, False])
+def test_whole_run_writes_the_markdown_report_naming_machine_kernels_and_targets(model, tokenizer, monkeypatch,
+                                                                                 tmp_path, capsys, native_bfloat16):
     monkeypatch.setattr(run, "load_model", lambda *args, **kwargs: (model, tokenizer))
     monkeypatch.setattr(run, "matmul_peak", lambda dtype, **kwargs: 1e9)
+    monkeypatch.setattr(run, "cpu_has_native_bfloat16", lambda: native_bfloat16)
     output = tmp_path / "RESULTS.md"
     run.main(["--data", str(tmp_path / "missing.json"), "--parity-data", str(tmp_path / "missing.jsonl"),
               "--limit", "4", "--perplexity-limit", "3", "--parity-ids", "2", "--output", str(output)])
     report = output.read_text(encoding="utf-8")
     assert report.strip() == capsys.readouterr().out.strip()
     assert "- Command: `python benchmarks/run.py --data" in report and "- Machine:" in report
-    assert "float32 1.0 GFLOP/s, bfloat16 1.0 GFLOP/s" in report
+    assert "- Processor flags: avx2 " in report and f"native bfloat16: {'yes' if native_bfloat16 else 'no'}" in report
+    assert "default BLAS 1.0 GFLOP/s" in report and "bfloat16 (default kernel) 1.0 GFLOP/s" in report
+    assert "- Float32 linear kernel: **" in report
     for metric in ("| perplexity: 3 outputs", "| IFD: 4 records", "| Information Parity:"):
         assert metric in report
-    assert report.count("| hf_adapters | bfloat16 |") == 3
-    assert "## bfloat16 drift from float32" in report
+    assert "## Targets" in report
+    for target in ("| chosen float32 kernel", "| perplexity, float32", "| IFD, float32"):
+        assert target in report
+    assert report.count("| hf_adapters | bfloat16 |") == (3 if native_bfloat16 else 0)
+    assert ("## bfloat16 drift from float32" in report) == native_bfloat16
+    assert ("bfloat16 was not timed" in report) != native_bfloat16

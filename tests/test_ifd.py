@@ -15,7 +15,7 @@ from hf_adapters.ifd import (
     ifd_ratio,
 )
 from hf_adapters.likelihood import ContinuationScore, start_token_id
-from tests.conftest import build_model, build_tokenizer, naive_nll
+from tests.conftest import assert_exact, build_model, build_tokenizer, naive_nll
 
 INSTRUCTIONS = [
     "Write a short poem about the sea.",
@@ -73,11 +73,14 @@ def naive_ifd(model, tokenizer, instruction, input, output, template=DEFAULT_TEM
 def assert_matches_naive(model, tokenizer, result, mode="ppl_ratio", instructions=INSTRUCTIONS, inputs=INPUTS,
                          outputs=OUTPUTS, **options):
     inputs = inputs if inputs is not None else [""] * len(instructions)
-    for row, (instruction, input, output) in enumerate(zip(instructions, inputs, outputs, strict=True)):
-        expected = naive_ifd(model, tokenizer, instruction, input, output, **options)
-        assert result["ifd_scores"][row] == pytest.approx(expected[mode], rel=1e-5, nan_ok=True)
-        assert result["conditional_perplexities"][row] == pytest.approx(expected["conditional"], rel=1e-5, nan_ok=True)
-        assert result["direct_perplexities"][row] == pytest.approx(expected["direct"], rel=1e-5, nan_ok=True)
+    rows = list(zip(instructions, inputs, outputs, strict=True))
+    keys = {"ifd_scores": mode, "conditional_perplexities": "conditional", "direct_perplexities": "direct"}
+
+    def naive(m):
+        expected = [naive_ifd(m, tokenizer, *row, **options) for row in rows]
+        return [[row[key] for key in keys.values()] for row in expected]
+
+    assert_exact([[result[key][row] for key in keys] for row in range(len(rows))], naive, model)
 
 
 @pytest.fixture(scope="module")

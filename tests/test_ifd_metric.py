@@ -8,6 +8,7 @@ import pytest
 
 from hf_adapters.ifd import compute_ifd
 from hf_adapters.models import DEFAULT_MODEL_ID, load_model
+from tests.conftest import assert_exact
 from tests.test_ifd import INPUTS, INSTRUCTIONS, OUTPUTS, naive_ifd
 
 METRIC = str(Path(__file__).resolve().parents[1] / "metrics" / "ifd")
@@ -57,23 +58,20 @@ def test_metric_names_a_bad_row_before_casting(ifd_metric, model, tokenizer):
 
 @pytest.mark.slow
 def test_real_default_model_matches_naive_reference_on_three_rows(ifd_metric):
-    """The only test that loads the real default model (SmolLM2-135M-Instruct, embedded GGUF).
-
-    Mean NLLs and the loss ratio agree to 1e-5 relative. PPL(A|Q) / PPL(A) = exp(c - d) turns the
-    float32 rounding of c and d (about 1e-6 of each) into a relative error of about 1e-6 (c + d),
-    so its log is compared to c - d at that scale.
-    """
+    """Loads the real default model (SmolLM2-135M-Instruct, embedded GGUF); the exactness criterion
+    holds for both perplexities and both IFD modes."""
     model, tokenizer = load_model(DEFAULT_MODEL_ID)
     instructions, inputs, outputs = (list(column) for column in zip(*ALPACA_ROWS, strict=True))
     result = ifd_metric.compute(instructions=instructions, inputs=inputs, outputs=outputs)
     loss = compute_ifd(instructions, outputs, inputs, mode="loss_ratio")
-    for row, (instruction, input, output) in enumerate(ALPACA_ROWS):
-        expected = naive_ifd(model, tokenizer, instruction, input, output)
-        c, d = expected["nll_conditional"], expected["nll_direct"]
-        assert math.log(result["conditional_perplexities"][row]) == pytest.approx(c, rel=1e-5)
-        assert math.log(result["direct_perplexities"][row]) == pytest.approx(d, rel=1e-5)
-        assert loss["ifd_scores"][row] == pytest.approx(expected["loss_ratio"], rel=1e-5)
-        assert math.log(result["ifd_scores"][row]) == pytest.approx(c - d, abs=1e-5 * (c + d))
+    keys = ("conditional", "direct", "ppl_ratio", "loss_ratio")
+
+    def naive(m):
+        return [[naive_ifd(m, tokenizer, *row)[key] for key in keys] for row in ALPACA_ROWS]
+
+    actual = [[result["conditional_perplexities"][row], result["direct_perplexities"][row],
+               result["ifd_scores"][row], loss["ifd_scores"][row]] for row in range(len(ALPACA_ROWS))]
+    assert_exact(actual, naive, model)
     assert result["num_valid"] == 3
     # An instruction-tuned model finds its answers easier after the prompt.
     assert result["mean_ifd"] < 1

@@ -14,7 +14,7 @@ from hf_adapters.likelihood import (
     score_continuations,
     start_token_id,
 )
-from tests.conftest import build_model, build_tokenizer, naive_nll
+from tests.conftest import assert_exact, build_model, build_tokenizer, naive_nll
 
 TEXTS = [
     ("Write a poem about the sea.", " The sea is wide and deep, it sings."),
@@ -34,10 +34,13 @@ def encode(tokenizer, pairs):
 
 def assert_matches_naive(model, tokenizer, items, scores, max_length=None):
     start = start_token_id(tokenizer)
-    for (context, continuation), score in zip(items, scores, strict=True):
-        expected, count = naive_nll(model, context, continuation, start, max_length)
-        assert score.num_tokens == count
-        assert score.nll == pytest.approx(expected, rel=1e-5, nan_ok=True)
+    counts = [naive_nll(model, context, continuation, start, max_length)[1] for context, continuation in items]
+    assert [score.num_tokens for score in scores] == counts
+
+    def naive(m):
+        return [naive_nll(m, context, continuation, start, max_length)[0] for context, continuation in items]
+
+    assert_exact([score.nll for score in scores], naive, model)
 
 
 @pytest.mark.parametrize("max_padding", [0.0, 0.1, 1.0])
@@ -157,6 +160,7 @@ def test_output_layer_is_chunked_for_large_vocabularies(model, tokenizer, monkey
     assert_matches_naive(model, tokenizer, items, scores)
 
 
+@pytest.mark.filterwarnings("ignore::hf_adapters.cpu_kernels.EmulatedBfloat16Warning")
 def test_bfloat16_model_scores_log_softmax_in_float32(tokenizer):
     model = build_model(len(tokenizer)).to(torch.bfloat16)
     items = encode(tokenizer, TEXTS)

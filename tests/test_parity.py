@@ -14,7 +14,7 @@ from hf_adapters.parity import (
     compute_information_parity,
 )
 from hf_adapters.scorers import InformationParityScorer, build_scorer
-from tests.conftest import naive_nll
+from tests.conftest import assert_exact, naive_nll
 
 REFERENCES = [
     "The quick brown fox jumps over the lazy dog.",
@@ -68,7 +68,13 @@ def test_every_key_equals_naive_reference_for_any_batch_size(model, tokenizer, b
     result = compute_information_parity(
         PREDICTIONS, REFERENCES, model=model, tokenizer=tokenizer, batch_size=batch_size
     )
-    assert_results_equal(result, naive_information_parity(model, tokenizer, PREDICTIONS, REFERENCES))
+    assert list(result) == list(RESULT_KEYS)
+
+    def naive(m):
+        expected = naive_information_parity(m, tokenizer, PREDICTIONS, REFERENCES)
+        return [expected[key] for key in RESULT_KEYS]
+
+    assert_exact([result[key] for key in RESULT_KEYS], naive, model)
 
 
 def test_result_values_are_plain_floats(model, tokenizer):
@@ -136,11 +142,12 @@ def test_truncation_scores_the_kept_tokens(model, tokenizer):
     result = compute_information_parity(PREDICTIONS, REFERENCES, model=model, tokenizer=tokenizer, max_length=6)
     start = start_token_id(tokenizer)
 
-    def nll(text):
-        return naive_nll(model, [], tokenizer(text, add_special_tokens=False).input_ids, start, max_length=6)[0]
+    def naive(m):
+        def nll(text):
+            return naive_nll(m, [], tokenizer(text, add_special_tokens=False).input_ids, start, max_length=6)[0]
+        return [nll(r) / nll(p) for p, r in zip(PREDICTIONS, REFERENCES, strict=True)]
 
-    expected = [nll(r) / nll(p) for p, r in zip(PREDICTIONS, REFERENCES, strict=True)]
-    assert result["scores"] == pytest.approx(expected, rel=1e-5)
+    assert_exact(result["scores"], naive, model)
 
 
 def test_evaluate_module_matches_function(model, tokenizer):

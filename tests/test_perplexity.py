@@ -6,7 +6,7 @@ import evaluate
 import pytest
 
 from hf_adapters.perplexity import compute_perplexity
-from tests.conftest import build_model, build_tokenizer, naive_nll
+from tests.conftest import assert_exact, build_model, build_tokenizer, naive_nll
 
 TEXTS = [
     "The quick brown fox jumps over the lazy dog.",
@@ -36,29 +36,33 @@ def metric():
 @pytest.mark.parametrize("batch_size", [1, 2, 16])
 def test_metric_equals_naive_one_at_a_time_perplexity(metric, model, tokenizer, batch_size):
     result = metric.compute(predictions=TEXTS, model=model, tokenizer=tokenizer, batch_size=batch_size)
-    expected = [naive_perplexity(model, tokenizer, text) for text in TEXTS]
-    assert result["perplexities"] == pytest.approx(expected, rel=1e-5)
-    assert result["mean_perplexity"] == pytest.approx(sum(expected) / len(expected), rel=1e-5)
+    def naive(m):
+        perplexities = [naive_perplexity(m, tokenizer, text) for text in TEXTS]
+        return [perplexities, sum(perplexities) / len(perplexities)]
+
+    assert_exact([result["perplexities"], result["mean_perplexity"]], naive, model)
 
 
 def test_corpus_perplexity_is_exp_of_total_nll_over_total_tokens(model, tokenizer):
     result = compute_perplexity(TEXTS, model=model, tokenizer=tokenizer)
-    totals = [naive_nll(model, [], tokenizer(t, add_special_tokens=False).input_ids, tokenizer.bos_token_id)
-              for t in TEXTS]
-    expected = math.exp(sum(n for n, _ in totals) / sum(c for _, c in totals))
-    assert result["corpus_perplexity"] == pytest.approx(expected, rel=1e-5)
+    def naive(m):
+        totals = [naive_nll(m, [], tokenizer(t, add_special_tokens=False).input_ids, tokenizer.bos_token_id)
+                  for t in TEXTS]
+        return math.exp(sum(n for n, _ in totals) / sum(c for _, c in totals))
+
+    assert_exact(result["corpus_perplexity"], naive, model)
 
 
 def test_without_start_token_the_first_token_is_context(model, tokenizer):
     result = compute_perplexity(TEXTS, model=model, tokenizer=tokenizer, add_start_token=False)
-    expected = [naive_perplexity(model, tokenizer, text, add_start_token=False) for text in TEXTS]
-    assert result["perplexities"] == pytest.approx(expected, rel=1e-5, nan_ok=True)
+    assert_exact(result["perplexities"],
+                 lambda m: [naive_perplexity(m, tokenizer, text, add_start_token=False) for text in TEXTS], model)
 
 
 def test_empty_text_gets_nan_and_others_keep_their_scores(metric, model, tokenizer):
     result = metric.compute(predictions=["", TEXTS[0], ""], model=model, tokenizer=tokenizer)
     assert math.isnan(result["perplexities"][0]) and math.isnan(result["perplexities"][2])
-    assert result["perplexities"][1] == pytest.approx(naive_perplexity(model, tokenizer, TEXTS[0]), rel=1e-5)
+    assert_exact(result["perplexities"][1], lambda m: naive_perplexity(m, tokenizer, TEXTS[0]), model)
     assert result["mean_perplexity"] == pytest.approx(result["perplexities"][1])
 
 
@@ -78,23 +82,26 @@ def test_fifty_thousand_character_text_is_truncated_to_the_model_limit(model, to
     result = compute_perplexity([long_text, TEXTS[1]], model=model, tokenizer=tokenizer)
     assert math.isfinite(result["perplexities"][0])
     assert "truncated" in caplog.text
-    assert result["perplexities"][1] == pytest.approx(naive_perplexity(model, tokenizer, TEXTS[1]), rel=1e-5)
+    assert_exact(result["perplexities"][1], lambda m: naive_perplexity(m, tokenizer, TEXTS[1]), model)
 
 
 def test_max_length_truncates_start_token_included(model, tokenizer):
     ids = tokenizer(TEXTS[0], add_special_tokens=False).input_ids
     result = compute_perplexity([TEXTS[0]], model=model, tokenizer=tokenizer, max_length=5)
-    nll, count = naive_nll(model, [], ids, tokenizer.bos_token_id, max_length=5)
-    assert count == 4
-    assert result["perplexities"][0] == pytest.approx(math.exp(nll / count), rel=1e-5)
+    assert naive_nll(model, [], ids, tokenizer.bos_token_id, max_length=5)[1] == 4
+
+    def naive(m):
+        nll, count = naive_nll(m, [], ids, tokenizer.bos_token_id, max_length=5)
+        return math.exp(nll / count)
+
+    assert_exact(result["perplexities"][0], naive, model)
 
 
 def test_tokenizer_without_pad_or_bos_token_uses_eos_to_start():
     tokenizer = build_tokenizer(bos=False, pad=False)
     model = build_model(len(tokenizer), seed=1)
     result = compute_perplexity(TEXTS, model=model, tokenizer=tokenizer, batch_size=3)
-    expected = [naive_perplexity(model, tokenizer, text) for text in TEXTS]
-    assert result["perplexities"] == pytest.approx(expected, rel=1e-5)
+    assert_exact(result["perplexities"], lambda m: [naive_perplexity(m, tokenizer, text) for text in TEXTS], model)
 
 
 def test_model_without_tokenizer_is_refused(model):
