@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
-from datasets import Dataset, DatasetDict
+from datasets import Dataset, DatasetDict, Value
 from datasets.fingerprint import Hasher, generate_random_fingerprint
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
@@ -107,6 +107,10 @@ class PerplexityMapper(_ModelMapper):
             return [self.text_column]
         return [c for c in (self.instruction_column, self.input_column, self.output_column) if c is not None]
 
+    @property
+    def output_columns(self) -> list[str]:
+        return [self.column]
+
     def texts(self, batch: Mapping[str, list], rows: Sequence[int]) -> list[str]:
         if self.text_column is not None:
             return column_texts(batch, self.text_column, rows)
@@ -165,6 +169,10 @@ class IFDMapper(_ModelMapper):
     def source_columns(self) -> list[str]:
         return [c for c in (self.instruction_column, self.input_column, self.output_column) if c is not None]
 
+    @property
+    def output_columns(self) -> list[str]:
+        return [self.ifd_column, self.conditional_column, self.direct_column]
+
     def __call__(self, batch: Mapping[str, list], indices: Sequence[int] | None = None) -> dict[str, list[float]]:
         rows = indices if indices is not None else range(len(batch[self.instruction_column]))
         instructions = column_texts(batch, self.instruction_column, rows)
@@ -210,6 +218,10 @@ class InformationParityMapper(_ModelMapper):
     def source_columns(self) -> list[str]:
         return [self.text_column, self.reference_column]
 
+    @property
+    def output_columns(self) -> list[str]:
+        return [self.column]
+
     def __call__(self, batch: Mapping[str, list], indices: Sequence[int] | None = None) -> dict[str, list[float]]:
         rows = indices if indices is not None else range(len(batch[self.text_column]))
         texts = column_texts(batch, self.text_column, rows)
@@ -250,6 +262,11 @@ def _apply(ds: Dataset | DatasetDict, mapper, config: dict[str, Any], desc: str,
     if isinstance(ds, DatasetDict):
         return DatasetDict({split: _apply(part, mapper, config, desc, map_kwargs) for split, part in ds.items()})
     check_columns(ds, mapper.source_columns)
+    if ds.num_rows == 0:  # map calls the mapper on no batch: add its columns, empty
+        ds = ds.remove_columns([column for column in mapper.output_columns if column in ds.column_names])
+        for column in mapper.output_columns:
+            ds = ds.add_column(column, [], feature=Value("float64"))
+        return ds
     kwargs = {"desc": desc, **map_kwargs}
     kwargs.setdefault("new_fingerprint", result_fingerprint(ds, mapper, config))
     return ds.map(mapper, batched=True, with_indices=True, **kwargs)

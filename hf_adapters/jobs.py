@@ -77,6 +77,25 @@ def work_dir_for(output_path: str | Path) -> Path:
     return output_path.with_name(output_path.name + ".parts")
 
 
+def check_output_path(output_path: str | Path, data_path: str | Path | None = None) -> None:
+    """Refuse, before any work, an output that would destroy something or could not be written: an
+    existing path that is not a regular file (a directory, a FIFO, a device), the input data itself
+    (also through a link), or a folder that is a file or is not writable. Raises a ValueError."""
+    output = Path(output_path).absolute()
+    if output.exists() and not output.is_file():
+        raise ValueError(f"The output {output} exists and is not a regular file (a directory, FIFO or device); "
+                         "refusing to replace it.")
+    if data_path is not None and output.exists() and os.path.samefile(output, data_path):
+        raise ValueError(f"The output {output} is the input data {data_path}; refusing to overwrite the input.")
+    folder = output.parent
+    while not folder.exists():
+        folder = folder.parent
+    if not folder.is_dir():
+        raise ValueError(f"The output {output} cannot be created: {folder} is a file, not a folder.")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ValueError(f"The output {output} cannot be written: no permission to write in {folder}.")
+
+
 def shard_range(num_rows: int, chunk_size: int, rank: int, world_size: int) -> range:
     """The rows process ``rank`` scores: a contiguous run of whole chunks, earlier ranks taking the remainder."""
     per_rank, extra = divmod(math.ceil(num_rows / chunk_size), world_size)
@@ -152,6 +171,7 @@ def run_scoring_job(
         1000 rows, 998 valid scores, 41.5 rows/s
     """
     started = time.perf_counter()
+    check_output_path(output_path)
     state = PartialState()
     dataset = dataset.with_format(None)
     output_path = Path(output_path)

@@ -98,11 +98,14 @@ def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torc
 
 
 def resolve_device(device: str | int | torch.device | None) -> torch.device:
-    """Anything torch accepts (``"cuda:1"``, ``0``, ``"cpu"``), or ``None`` for the default device."""
+    """Anything torch accepts (``"cuda:1"``, ``0``, ``"cpu"``), ``"gpu"`` as evaluate's perplexity
+    takes it (CUDA), or ``None`` for the default device."""
     if device is None:
         return default_device()
     if isinstance(device, int):
         return torch.device("cuda", device)
+    if isinstance(device, str) and device.strip().lower().split(":")[0] == "gpu":
+        device = "cuda" + device.strip()[3:]
     return torch.device(device)
 
 

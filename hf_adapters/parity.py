@@ -91,8 +91,12 @@ def summarize_information_parity(
     def total(side: int, field: str) -> float:
         return float(sum(getattr(scores[pair[side]], field) for pair in valid))
 
+    # A truncated text's NLL covers only its kept tokens, not all its bytes: bits per byte leaves its pair out.
+    whole = [pair for pair in valid if not (scores[pair[0]].truncated or scores[pair[1]].truncated)]
+
     def bits_per_byte(side: int) -> float:
-        return _ratio(total(side, "nll") / math.log(2), sum(len(pair[side].encode("utf-8")) for pair in valid))
+        nll = sum(scores[pair[side]].nll for pair in whole)
+        return _ratio(nll / math.log(2), sum(len(pair[side].encode("utf-8")) for pair in whole))
 
     return {
         "scores": per_pair,
@@ -127,7 +131,8 @@ def compute_information_parity(
     ``information_parity_median``; ``corpus_information_parity`` (total reference NLL / total
     prediction NLL), ``tokenization_parity`` (prediction tokens / reference tokens) and
     ``bits_per_byte`` / ``reference_bits_per_byte`` (total NLL in bits / UTF-8 bytes), all over
-    the valid pairs. Each distinct text is scored once.
+    the valid pairs; bits per byte leaves out pairs with a text cut to ``max_length`` (NaN if no
+    pair is left). Each distinct text is scored once.
 
     Example:
         >>> from hf_adapters.parity import compute_information_parity

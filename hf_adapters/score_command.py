@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from accelerate import PartialState
 
 from .data_io import LOADERS, data_fingerprint, read_rows
-from .jobs import run_scoring_job
+from .jobs import check_output_path, run_scoring_job
 from .models import ModelLoadError
 from .scorers import build_scorer, load_config
 
@@ -50,6 +51,7 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     state = PartialState()
     try:
+        check_output_path(args.output, args.data if Path(args.data).exists() else None)
         scorer = build_scorer(load_config(args.config), model=args.model, batch_size=args.batch_size,
                              dtype=args.dtype)
         with state.local_main_process_first():  # one process per node fills datasets' cache

@@ -9,6 +9,7 @@ from hf_adapters.columns import (
     IFDMapper,
     PerplexityMapper,
     add_ifd_column,
+    add_information_parity_column,
     add_perplexity_column,
     ppl_text,
 )
@@ -151,4 +152,16 @@ def test_bad_options_fail_before_any_model_is_loaded(load_calls):
         add_ifd_column(Dataset.from_dict(ROWS), model_id="tiny", mode="ratio")
     with pytest.raises(ValueError, match="both `model` and `tokenizer`"):
         IFDMapper(model=object())
+    assert load_calls == []
+
+
+def test_a_zero_row_dataset_gets_the_new_columns_empty(load_calls):
+    empty = Dataset.from_dict({"instruction": [], "input": [], "output": []})
+    assert add_ifd_column(empty, model_id="tiny").column_names[-3:] == ["ifd", "ppl_conditional", "ppl_direct"]
+    scored = add_perplexity_column(empty, model_id="tiny")
+    assert scored.num_rows == 0 and scored.column_names[-1] == "perplexity"
+    assert scored.features["perplexity"].dtype == "float64"
+    pairs = add_information_parity_column(Dataset.from_dict({"text": [], "reference": []}), "text", "reference",
+                                          model_id="tiny")
+    assert pairs.column_names == ["text", "reference", "information_parity"]
     assert load_calls == []

@@ -258,3 +258,15 @@ def test_every_check_returns_a_bool_on_whitespace_unicode_and_crlf(instruction_i
     check = build_check(instruction_id, kwargs)
     for text in ("", " \n\t ", "\r\n\r\n", "ünïcödé 日本語 😀", "# Title\r\n\r\n* a\r\n* b\r\n"):
         assert isinstance(check(text), bool)
+
+
+def test_a_keyword_with_regex_syntax_is_searched_literally_in_bounded_time():
+    import time
+
+    existence = build_check("keywords:existence", {"keywords": ["(a+)+$"]})
+    started = time.perf_counter()
+    assert existence("a" * 40 + "b") is False
+    assert time.perf_counter() - started < 0.5
+    assert build_check("keywords:existence", {"keywords": ["C++"]})("I write C++ daily.") is True
+    frequency = build_check("keywords:frequency", {"keyword": "well-being", "frequency": 2, "relation": "at least"})
+    assert frequency("Well-being first, well-being always.") is True

@@ -12,6 +12,7 @@ from hf_adapters.models import (
     attention_implementation,
     candidate_sources,
     load_model,
+    resolve_device,
     resolve_dtype,
 )
 from tests.conftest import build_model
@@ -121,3 +122,9 @@ def test_flash_attention_is_asked_for_only_on_cuda_in_half_precision_when_instal
     monkeypatch.setattr("transformers.utils.is_flash_attn_2_available", lambda: False)
     assert attention_implementation(torch.device("cuda"), torch.bfloat16) is None
 
+
+
+@pytest.mark.parametrize(("name", "expected"), [("gpu", "cuda"), ("GPU:1", "cuda:1"), ("cuda:0", "cuda:0"),
+                                                ("cpu", "cpu"), (2, "cuda:2")])
+def test_devices_resolve_gpu_meaning_cuda_as_evaluate_does(name, expected):
+    assert resolve_device(name) == torch.device(expected)

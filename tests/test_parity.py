@@ -208,3 +208,17 @@ def test_scorer_config_scores_rows_like_the_function(model, tokenizer, monkeypat
     assert scorer.score_rows(rows) == pytest.approx(expected["scores"], rel=1e-5)
     with pytest.raises(ValueError, match="has no field 'reference'"):
         scorer.score_rows([{"fr": "a"}])
+
+
+def test_bits_per_byte_leaves_out_pairs_with_a_truncated_text(model, tokenizer):
+    long_text = "The quick brown fox jumps over the lazy dog. " * 20
+    predictions, references = [PREDICTIONS[0], long_text], [REFERENCES[0], REFERENCES[1]]
+    result = compute_information_parity(predictions, references, model=model, tokenizer=tokenizer, max_length=64)
+    alone = compute_information_parity(predictions[:1], references[:1], model=model, tokenizer=tokenizer,
+                                       max_length=64)
+    assert not math.isnan(result["scores"][1])  # the pair is still scored, on its kept tokens
+    for key in ("bits_per_byte", "reference_bits_per_byte"):
+        assert result[key] == pytest.approx(alone[key], rel=1e-9)
+    only_truncated = compute_information_parity([long_text], [REFERENCES[0]], model=model, tokenizer=tokenizer,
+                                                max_length=64)
+    assert math.isnan(only_truncated["bits_per_byte"]) and math.isnan(only_truncated["reference_bits_per_byte"])

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+from pathlib import Path
 
 import pytest
 
@@ -132,3 +134,37 @@ def test_seed_configs_on_the_command_line_give_the_metric_numbers(tmp_path, mode
         expected = compute_perplexity(texts, max_length=256, model=model, tokenizer=tokenizer)["perplexities"]
     assert scores[:2] == pytest.approx(expected[:2], rel=1e-5)
     assert (scores[2] is None) == (name == "IFDScorer")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory", "device"])
+def test_an_output_that_is_not_a_regular_file_is_refused_and_left_alone(tmp_path, data, capsys, kind):
+    output = Path("/dev/null") if kind == "device" else tmp_path / "special"
+    if kind == "fifo":
+        os.mkfifo(output)
+    elif kind == "directory":
+        output.mkdir()
+    before = output.stat().st_mode
+    assert cli.main(["score", config(tmp_path), "--data", str(data), "--output", str(output), "--no-progress"]) == 2
+    assert "not a regular file" in capsys.readouterr().err
+    assert output.stat().st_mode == before
+
+
+@pytest.mark.parametrize("through_link", [False, True])
+def test_the_input_data_as_output_is_refused_before_anything_is_scored(tmp_path, data, capsys, through_link):
+    before = data.read_bytes()
+    output = data
+    if through_link:
+        output = tmp_path / "link.jsonl"
+        output.symlink_to(data)
+    OutputLengthScorer.chunks.clear()
+    assert cli.main(["score", config(tmp_path), "--data", str(data), "--output", str(output), "--no-progress"]) == 2
+    assert "is the input data" in capsys.readouterr().err
+    assert data.read_bytes() == before and OutputLengthScorer.chunks == []
+
+
+def test_an_output_folder_that_is_a_file_is_a_clear_error(tmp_path, data, capsys):
+    blocker = tmp_path / "blocker"
+    blocker.write_text("not a folder")
+    output = blocker / "sub" / "scores.jsonl"
+    assert cli.main(["score", config(tmp_path), "--data", str(data), "--output", str(output), "--no-progress"]) == 2
+    assert "is a file, not a folder" in capsys.readouterr().err

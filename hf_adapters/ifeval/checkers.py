@@ -39,14 +39,25 @@ def _compare(count: int, relation: str, threshold: int) -> bool:
 # keywords:*
 
 
+_PLAIN_KEYWORD = re.compile(r"[\w\s'-]*")
+
+
+def keyword_pattern(keyword: str) -> str:
+    """The regex a keyword is searched with. The reference searches the keyword as a regex; for a
+    keyword of letters, digits, spaces, hyphens and apostrophes (every keyword in IFEval's data)
+    that is the literal text. Any other keyword is searched literally too, so a user-supplied
+    keyword such as ``(a+)+$`` cannot make the check run for exponential time."""
+    return keyword if _PLAIN_KEYWORD.fullmatch(keyword) else re.escape(keyword)
+
+
 def keyword_existence(text: str, keywords: Sequence[str]) -> bool:
-    """Every keyword occurs, case-insensitively, anywhere (a regex search, no word boundaries)."""
-    return all(re.search(keyword, text, re.IGNORECASE) for keyword in keywords)
+    """Every keyword occurs, case-insensitively, anywhere (no word boundaries)."""
+    return all(re.search(keyword_pattern(keyword), text, re.IGNORECASE) for keyword in keywords)
 
 
 def keyword_frequency(text: str, keyword: str, frequency: int, relation: str) -> bool:
-    """The keyword's case-insensitive occurrences (regex, no word boundaries) compare to ``frequency``."""
-    return _compare(len(re.findall(keyword.strip(), text, re.IGNORECASE)), relation, frequency)
+    """The keyword's case-insensitive occurrences (no word boundaries) compare to ``frequency``."""
+    return _compare(len(re.findall(keyword_pattern(keyword.strip()), text, re.IGNORECASE)), relation, frequency)
 
 
 def forbidden_words(text: str, forbidden_words: Sequence[str]) -> bool:

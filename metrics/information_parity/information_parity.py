@@ -43,7 +43,8 @@ Returns:
     information_parity_median (float): their median.
     corpus_information_parity (float): total reference NLL / total prediction NLL.
     tokenization_parity (float): total prediction tokens / total reference tokens.
-    bits_per_byte (float): total prediction NLL in bits / UTF-8 bytes of the predictions.
+    bits_per_byte (float): total prediction NLL in bits / UTF-8 bytes of the predictions (pairs with a
+        text cut to max_length left out).
     reference_bits_per_byte (float): the same for the references.
     The corpus numbers are over the valid pairs.
 Examples:
