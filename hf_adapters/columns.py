@@ -28,6 +28,7 @@ from .ifd import (
     score_ifd,
 )
 from .models import DEFAULT_MODEL_ID, model_and_tokenizer, resolve_device, resolve_dtype
+from .options import check_lengths
 from .parity import check_pairs, score_texts, summarize_information_parity
 from .perplexity import compute_perplexity
 
@@ -96,6 +97,7 @@ class PerplexityMapper(_ModelMapper):
         model: PreTrainedModel | None = None,
         tokenizer: PreTrainedTokenizerBase | None = None,
     ):
+        check_lengths(max_length, batch_size)
         super().__init__(model_id, dtype, device, model, tokenizer)
         self.text_column = text_column
         self.instruction_column, self.input_column, self.output_column = instruction_column, input_column, output_column
@@ -210,6 +212,7 @@ class InformationParityMapper(_ModelMapper):
         model: PreTrainedModel | None = None,
         tokenizer: PreTrainedTokenizerBase | None = None,
     ):
+        check_lengths(max_length, batch_size)
         super().__init__(model_id, dtype, device, model, tokenizer)
         self.text_column, self.reference_column, self.column = text_column, reference_column, column
         self.batch_size, self.max_length = batch_size, max_length

@@ -23,6 +23,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from .likelihood import ContinuationScore, model_max_length, score_continuations
 from .models import DEFAULT_MODEL_ID, model_and_tokenizer
+from .options import check_lengths
 
 logger = logging.getLogger(__name__)
 
@@ -203,10 +204,7 @@ def check_options(max_length: int | None, batch_size: int, mode: str) -> None:
     """Raise a ValueError for an unknown mode or a non-positive length or batch size."""
     if mode not in MODES:
         raise ValueError(f"Unknown mode {mode!r}; valid modes: {list(MODES)}")
-    if max_length is not None and (not isinstance(max_length, int) or max_length < 2):
-        raise ValueError(f"`max_length` must be an integer of at least 2 (or None), got {max_length!r}.")
-    if not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"`batch_size` must be a positive integer, got {batch_size!r}.")
+    check_lengths(max_length, batch_size)
 
 
 def compute_ifd(

@@ -19,6 +19,7 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from .cpu_kernels import check_cpu_dtype, cpu_linear_kernel
+from .options import check_batch_size, check_max_length
 
 logger = logging.getLogger(__name__)
 
@@ -231,6 +232,9 @@ def score_continuations(
         >>> score.num_tokens == len(answer)
         True
     """
+    check_max_length(max_length)
+    if batch_size is not None:
+        check_batch_size(batch_size)
     model = _unwrap(model)
     if max_length is None:
         max_length = model_max_length(model)

@@ -84,15 +84,17 @@ def default_dtype(device: torch.device) -> torch.dtype:
     return torch.bfloat16 if device.type == "cuda" else torch.float32
 
 
+#: The dtypes a model can score in (float64 for references); float8 and integer types cannot.
+SCORING_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+
+
 def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
     """Turn ``"bfloat16"``, ``"bf16"``, ``torch.float16`` or ``None`` into a torch dtype."""
     if dtype is None or dtype == "auto":
         return default_dtype(device)
-    if isinstance(dtype, torch.dtype):
-        return dtype
     aliases = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32", "float": "float32"}
-    resolved = getattr(torch, aliases.get(dtype, dtype), None)
-    if not isinstance(resolved, torch.dtype) or not resolved.is_floating_point:
+    resolved = getattr(torch, aliases.get(dtype, dtype), None) if isinstance(dtype, str) else dtype
+    if resolved not in SCORING_DTYPES:
         raise ValueError(f"Unknown dtype {dtype!r}; use float32, bfloat16 or float16.")
     return resolved
 

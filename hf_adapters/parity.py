@@ -19,6 +19,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from .likelihood import ContinuationScore, score_continuations
 from .models import DEFAULT_MODEL_ID, model_and_tokenizer
+from .options import check_lengths
 from .perplexity import check_texts, text_items
 
 logger = logging.getLogger(__name__)
@@ -141,6 +142,7 @@ def compute_information_parity(
         True
     """
     check_pairs(predictions, references)
+    check_lengths(max_length, batch_size)
     model, tokenizer = model_and_tokenizer(model_id, model, tokenizer, dtype, device)
     scores = score_texts(
         model, tokenizer, [*predictions, *references], max_length=max_length, batch_size=batch_size, progress=progress

@@ -12,6 +12,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from .likelihood import ContinuationScore, score_continuations
 from .models import DEFAULT_MODEL_ID, model_and_tokenizer
+from .options import check_lengths
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +79,7 @@ def compute_perplexity(
         nan
     """
     check_texts(predictions)
+    check_lengths(max_length, batch_size)
     model, tokenizer = model_and_tokenizer(model_id, model, tokenizer, dtype, device)
     items = text_items(tokenizer, predictions, add_start_token)
     scores = score_continuations(

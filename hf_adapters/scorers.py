@@ -17,6 +17,7 @@ from . import models
 from .columns import ppl_text
 from .ifd import DEFAULT_TEMPLATE, DEFAULT_TEMPLATE_NO_INPUT, check_templates, score_ifd
 from .models import DEFAULT_MODEL_ID
+from .options import check_lengths
 from .parity import compute_information_parity
 from .perplexity import compute_perplexity
 
@@ -81,16 +82,20 @@ def build_scorer(config: Mapping[str, Any], **overrides: Any) -> RowScorer:
 def load_config(path: str | Path) -> dict[str, Any]:
     """Read a seed-style YAML config: a mapping with ``name`` and that scorer's keys."""
     with open(path, encoding="utf-8") as handle:
-        config = yaml.safe_load(handle)
+        try:
+            config = yaml.safe_load(handle)
+        except yaml.YAMLError as error:
+            raise ConfigError(f"{path} is not valid YAML: {' '.join(str(error).split())}") from None
     if not isinstance(config, dict) or "name" not in config:
         raise ConfigError(f"{path}: a config is a YAML mapping with a `name` key; valid names: {sorted(SCORERS)}")
     return config
 
 
-def _check_positive_int(scorer: RowScorer, key: str) -> None:
-    value = scorer.config[key]
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ConfigError(f"{scorer.name}: `{key}` must be a positive integer, got {value!r}.")
+def _check_lengths(scorer: RowScorer) -> None:
+    try:
+        check_lengths(scorer.config["max_length"], scorer.config["batch_size"])
+    except ValueError as error:
+        raise ConfigError(f"{scorer.name}: {error}") from None
 
 
 def _check_dtype(scorer: RowScorer) -> None:
@@ -110,8 +115,7 @@ class InstructionRowScorer(RowScorer):
         super().__init__(**config)
         if not isinstance(self.config["model"], str) or not self.config["model"]:
             raise ConfigError(f"{self.name}: `model` must be a model id or path, got {self.config['model']!r}.")
-        for key in ("max_length", "batch_size"):
-            _check_positive_int(self, key)
+        _check_lengths(self)
         _check_dtype(self)
 
     def columns(self, rows: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[str], list[str]]:
@@ -231,6 +235,8 @@ class InformationParityScorer(RowScorer):
 
     def __init__(self, **config: Any):
         super().__init__(**config)
+        _check_lengths(self)
+        _check_dtype(self)
         self.required_fields = (self.config["text_field"], self.config["reference_field"])
 
     def score_rows(self, rows: Sequence[Mapping[str, Any]]) -> list[float]:

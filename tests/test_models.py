@@ -109,9 +109,10 @@ def test_dtype_defaults_to_float32_on_cpu_and_bfloat16_on_cuda():
     assert resolve_dtype(None, torch.device("cuda")) is torch.bfloat16
 
 
-def test_unknown_dtype_is_refused():
+@pytest.mark.parametrize("dtype", ["int8", "float8_e4m3fn", torch.float8_e4m3fn, torch.int64, "no_such_type"])
+def test_unknown_or_unscorable_dtype_is_refused(dtype):
     with pytest.raises(ValueError, match="Unknown dtype"):
-        resolve_dtype("int8", torch.device("cpu"))
+        resolve_dtype(dtype, torch.device("cpu"))
 
 
 def test_flash_attention_is_asked_for_only_on_cuda_in_half_precision_when_installed(monkeypatch):

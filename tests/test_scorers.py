@@ -96,7 +96,7 @@ def test_unknown_name_is_an_error_listing_the_valid_names(tmp_path):
 @pytest.mark.parametrize(
     ("config", "message"),
     [
-        ({"max_length": "2048"}, "`max_length` must be a positive integer"),
+        ({"max_length": "2048"}, "`max_length` must be an integer of at least 2"),
         ({"batch_size": 0}, "`batch_size` must be a positive integer"),
         ({"model": None}, "`model` must be a model id"),
         ({"template": 3}, "`template` must be a string"),

@@ -1,0 +1,29 @@
+"""Checks of the numeric options every score takes, in one place: the core, the metric functions,
+the ``Dataset.map`` helpers and the scorer configs all call them before any model is loaded."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_batch_size(batch_size: Any) -> None:
+    """Raise a ValueError unless ``batch_size`` is a positive integer."""
+    if not _is_int(batch_size) or batch_size < 1:
+        raise ValueError(f"`batch_size` must be a positive integer, got {batch_size!r}.")
+
+
+def check_max_length(max_length: Any) -> None:
+    """Raise a ValueError unless ``max_length`` is None or an integer of at least 2 (a context
+    token and one scored token)."""
+    if max_length is not None and (not _is_int(max_length) or max_length < 2):
+        raise ValueError(f"`max_length` must be an integer of at least 2 (or None), got {max_length!r}.")
+
+
+def check_lengths(max_length: Any, batch_size: Any) -> None:
+    """:func:`check_max_length` and :func:`check_batch_size`."""
+    check_max_length(max_length)
+    check_batch_size(batch_size)
