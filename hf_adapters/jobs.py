@@ -1,6 +1,8 @@
 """Score a whole data set with a row scorer: sharded over accelerate's processes, crash-safe, resumable.
 
-Layout of a job writing ``OUTPUT``: a work directory ``OUTPUT.parts/`` holds ``manifest.json``
+Layout of a job writing ``OUTPUT``: a work directory ``OUTPUT.parts/`` holds ``lock`` (process 0
+holds an exclusive lock on it while the job runs, so a second identical command stops at once),
+``manifest.json``
 (what the job is: scorer config, data fingerprint, row count, chunk size, process count) and one
 append-only ``rank-00000.jsonl`` per process. The rows are cut into chunks of ``batch_size`` rows
 and every process takes a contiguous run of chunks, so each chunk is scored with the same rows
@@ -12,6 +14,8 @@ scored again. When every part is complete, process 0 merges them in input order 
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import logging
 import math
@@ -35,6 +39,7 @@ from .scorers import RowScorer, build_scorer
 logger = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
+LOCK = "lock"
 #: Chunk size for scorers whose config has no ``batch_size``.
 DEFAULT_CHUNK_SIZE = 16
 #: Rows converted to dicts at a time when checking a data set before scoring.
@@ -44,7 +49,8 @@ POLL_SECONDS = 0.5
 
 
 class JobConflictError(ValueError):
-    """Partial results on disk belong to a different job (another config, data or process count)."""
+    """Partial results on disk belong to a different job (another config, data or process count),
+    or another job is writing the same output."""
 
 
 @dataclass(frozen=True)
@@ -182,6 +188,7 @@ def run_scoring_job(
 
     for start in range(0, num_rows, CHECK_CHUNK_SIZE):
         scorer.check_rows(_rows(dataset, start, min(start + CHECK_CHUNK_SIZE, num_rows)), start)
+    scorer.prepare()  # a model that fails to load leaves no work directory behind
 
     manifest = {
         "scorer": scorer.fingerprint(),
@@ -190,7 +197,15 @@ def run_scoring_job(
         "chunk_size": chunk_size,
         "processes": state.num_processes,
     }
-    _open_work_dir(work_dir, _jsonable(manifest), overwrite, state)
+    with _job_lock(work_dir, state):
+        return _run_locked(dataset, scorer, output_path, _jsonable(manifest), overwrite, progress, shard, started)
+
+
+def _run_locked(dataset: Dataset, scorer: RowScorer, output_path: Path, manifest: dict[str, Any], overwrite: bool,
+                progress: bool, shard: range, started: float) -> JobSummary:
+    state = PartialState()
+    work_dir, num_rows, chunk_size = work_dir_for(output_path), manifest["rows"], manifest["chunk_size"]
+    _open_work_dir(work_dir, manifest, overwrite, state)
 
     part = work_dir / f"rank-{state.process_index:05d}.jsonl"
     done = _resume_part(part, shard, chunk_size)
@@ -279,6 +294,32 @@ def _part_line(index: int, row_id: Any, score: float) -> bytes:
     return (json.dumps(record, ensure_ascii=False, allow_nan=False, default=str) + "\n").encode()
 
 
+@contextlib.contextmanager
+def _job_lock(work_dir: Path, state: PartialState) -> Iterator[None]:
+    """Process 0 holds an exclusive lock on ``work_dir/lock`` for the whole job; if another job holds
+    it, every process raises a JobConflictError at once."""
+    handle, refusal = None, None
+    if state.is_main_process:
+        work_dir.mkdir(parents=True, exist_ok=True)
+        handle = open(work_dir / LOCK, "a+b")  # noqa: SIM115 (held open for the whole job)
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            handle = None
+            refusal = (f"Another job is writing {work_dir.name.removesuffix('.parts')} (it holds {work_dir / LOCK}); "
+                       "wait for it to finish, or choose another output.")
+    if state.num_processes > 1:
+        [refusal] = broadcast_object_list([refusal])
+    if refusal:
+        raise JobConflictError(refusal)
+    try:
+        yield
+    finally:
+        if handle is not None:
+            handle.close()
+
+
 def _open_work_dir(work_dir: Path, manifest: dict[str, Any], overwrite: bool, state: PartialState) -> None:
     """Process 0 decides between starting afresh, resuming and refusing; every process follows."""
     decision = _decide(work_dir, manifest, overwrite) if state.is_main_process else None
@@ -287,8 +328,9 @@ def _open_work_dir(work_dir: Path, manifest: dict[str, Any], overwrite: bool, st
     if decision not in ("fresh", "resume"):
         raise JobConflictError(decision)
     if decision == "fresh" and state.is_main_process:
-        shutil.rmtree(work_dir, ignore_errors=True)
-        work_dir.mkdir(parents=True)
+        for entry in work_dir.iterdir():
+            if entry.name != LOCK:
+                shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
         _write_atomically(work_dir / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     state.wait_for_everyone()
 

@@ -65,6 +65,9 @@ class RowScorer:
                 if field not in row or row[field] is None:
                     raise ValueError(f"Row {offset + i} (id={row.get('id', '')!r}) has no field {field!r}.")
 
+    def prepare(self) -> None:
+        """Load what scoring needs (the model), so that a failure shows before any work starts."""
+
     def score_rows(self, rows: Sequence[Mapping[str, Any]]) -> list[float]:
         raise NotImplementedError
 
@@ -132,6 +135,9 @@ class InstructionRowScorer(RowScorer):
     def load(self):
         """The model and tokenizer named by ``config["model"]``, loaded once per process."""
         return models.load_model(self.config["model"], dtype=self.config["dtype"])
+
+    def prepare(self) -> None:
+        self.load()
 
 
 @register_scorer
@@ -238,6 +244,9 @@ class InformationParityScorer(RowScorer):
         _check_lengths(self)
         _check_dtype(self)
         self.required_fields = (self.config["text_field"], self.config["reference_field"])
+
+    def prepare(self) -> None:
+        models.load_model(self.config["model"], dtype=self.config["dtype"])
 
     def score_rows(self, rows: Sequence[Mapping[str, Any]]) -> list[float]:
         self.check_rows(rows)

@@ -279,3 +279,31 @@ def test_kill_9_in_the_middle_then_rerun_gives_the_uninterrupted_output(tmp_path
     assert resumed.endswith(" of 150 rows already scored") and int(resumed.split()[1]) >= killed_at - 2
     assert cli.main([*args[:-2], str(tmp_path / "uninterrupted.jsonl"), "--no-progress"]) == 0
     assert output.read_bytes() == (tmp_path / "uninterrupted.jsonl").read_bytes()
+
+
+def test_a_second_job_on_the_same_output_stops_at_once_while_the_first_holds_the_lock(tmp_path):
+    import fcntl
+
+    rows = Dataset.from_list(make_rows(9))
+    output = tmp_path / "out.jsonl"
+    work_dir = work_dir_for(output)
+    work_dir.mkdir()
+    with open(work_dir / "lock", "a+b") as held:
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        scorer = LengthRatioScorer()
+        with pytest.raises(JobConflictError, match="Another job is writing out.jsonl"):
+            run_scoring_job(rows, scorer, output, progress=False)
+        assert scorer.scored_rows == [] and not output.exists()
+    assert run_scoring_job(rows, LengthRatioScorer(), output, progress=False).rows == 9
+    assert not work_dir.exists()
+
+
+def test_a_model_that_fails_to_load_leaves_no_work_directory(tmp_path, capsys):
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in make_rows(3)), encoding="utf-8")
+    (tmp_path / "ppl.yaml").write_text("name: PPLScorer\n", encoding="utf-8")
+    output = tmp_path / "scores.jsonl"
+    args = ["score", str(tmp_path / "ppl.yaml"), "--data", str(data), "--output", str(output), "--no-progress"]
+    assert cli.main([*args, "--model", str(tmp_path / "no-such-model")]) == 2
+    assert "Could not load model" in capsys.readouterr().err
+    assert not work_dir_for(output).exists()
