@@ -58,12 +58,20 @@ class RowScorer:
         """What identifies this scorer's results: its name and full configuration."""
         return {"name": self.name, **self.config}
 
+    #: Row fields that must hold a string where present (checked with the required fields).
+    text_fields: ClassVar[tuple[str, ...]] = ()
+
     def check_rows(self, rows: Sequence[Mapping[str, Any]], offset: int = 0) -> None:
-        """Raise a ValueError naming the first row that lacks a required field."""
+        """Raise a ValueError naming (by its index in the data, ``offset`` + position, and its id) the
+        first row that lacks a required field or holds a non-string text field."""
         for i, row in enumerate(rows):
             for field in self.required_fields:
                 if field not in row or row[field] is None:
                     raise ValueError(f"Row {offset + i} (id={row.get('id', '')!r}) has no field {field!r}.")
+            for field in self.text_fields:
+                if row.get(field) is not None and not isinstance(row[field], str):
+                    raise ValueError(f"Row {offset + i} (id={row.get('id', '')!r}): field {field!r} must be a "
+                                     f"string, got {type(row[field]).__name__}.")
 
     def prepare(self) -> None:
         """Load what scoring needs (the model), so that a failure shows before any work starts."""
@@ -113,6 +121,7 @@ class InstructionRowScorer(RowScorer):
     optional (missing or None: empty); the model ``config["model"]`` is loaded on first use."""
 
     required_fields = ("instruction", "output")
+    text_fields = ("instruction", "input", "output")
 
     def __init__(self, **config: Any):
         super().__init__(**config)
@@ -124,11 +133,6 @@ class InstructionRowScorer(RowScorer):
     def columns(self, rows: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[str], list[str]]:
         """The rows' instructions, inputs and outputs; a ValueError names a row with a missing or non-string field."""
         self.check_rows(rows)
-        for i, row in enumerate(rows):
-            for field in ("instruction", "input", "output"):
-                if row.get(field) is not None and not isinstance(row[field], str):
-                    raise ValueError(f"Row {i} (id={row.get('id', '')!r}): field {field!r} must be a string, "
-                                     f"got {type(row[field]).__name__}.")
         return ([row["instruction"] for row in rows], [row.get("input") or "" for row in rows],
                 [row["output"] for row in rows])
 
@@ -207,6 +211,15 @@ class IFEvalScorer(RowScorer):
     def __init__(self, **config: Any):
         super().__init__(**config)
         self.required_fields = ("instruction_id_list", "kwargs", self.config["response_field"])
+        self.text_fields = (self.config["response_field"],)
+
+    def check_rows(self, rows: Sequence[Mapping[str, Any]], offset: int = 0) -> None:
+        """Also check every row's instruction ids and kwargs, naming the row."""
+        from .ifeval.registry import build_checks
+
+        super().check_rows(rows, offset)
+        for i, row in enumerate(rows):
+            build_checks(row["instruction_id_list"], row["kwargs"], row=offset + i, key=row.get("key", row.get("id")))
 
     def score_rows(self, rows: Sequence[Mapping[str, Any]]) -> list[float]:
         from .ifeval import ifeval_row_score
@@ -244,6 +257,7 @@ class InformationParityScorer(RowScorer):
         _check_lengths(self)
         _check_dtype(self)
         self.required_fields = (self.config["text_field"], self.config["reference_field"])
+        self.text_fields = self.required_fields
 
     def prepare(self) -> None:
         models.load_model(self.config["model"], dtype=self.config["dtype"])

@@ -307,3 +307,27 @@ def test_a_model_that_fails_to_load_leaves_no_work_directory(tmp_path, capsys):
     assert cli.main([*args, "--model", str(tmp_path / "no-such-model")]) == 2
     assert "Could not load model" in capsys.readouterr().err
     assert not work_dir_for(output).exists()
+
+
+@pytest.mark.parametrize("bad", [7, ["a list"], {"a": "dict"}])
+def test_a_wrong_field_type_is_found_before_any_row_is_scored_and_named_by_its_index(tmp_path, bad):
+    scorer = build_scorer({"name": "PPLScorer"})
+    rows = make_rows(12)
+    rows[9]["output"] = bad
+    with pytest.raises(ValueError, match=r"Row 109 \(id='r9'\): field 'output' must be a string"):
+        scorer.check_rows(rows, offset=100)
+    data = Dataset.from_list([dict(row, output=bad) for row in make_rows(12)])
+    output = tmp_path / "out.jsonl"
+    with pytest.raises(ValueError, match=r"Row 0 \(id='r0'\): field 'output' must be a string"):
+        run_scoring_job(data, scorer, output, progress=False)
+    assert not work_dir_for(output).exists()
+
+
+def test_an_ifeval_row_with_an_unknown_id_is_found_before_any_row_is_scored(tmp_path):
+    good = {"key": 1, "instruction_id_list": ["punctuation:no_comma"], "kwargs": [{}], "response": "Fine."}
+    rows = [dict(good, key=i) for i in range(6)]
+    rows[4] = dict(good, key=4, instruction_id_list=["no:such_check"])
+    output = tmp_path / "out.jsonl"
+    with pytest.raises(ValueError, match=r"unknown IFEval instruction id 'no:such_check' \(row 4, key 4\)"):
+        run_scoring_job(Dataset.from_list(rows), build_scorer({"name": "IFEvalScorer"}), output, progress=False)
+    assert not work_dir_for(output).exists()
