@@ -47,9 +47,10 @@ from hf_adapters.cpu_kernels import (  # noqa: E402
     measure_linear_rates,
     onednn_linear_available,
 )
+from hf_adapters.data_io import read_jsonl  # noqa: E402
 from hf_adapters.ifd import DEFAULT_TEMPLATE, DEFAULT_TEMPLATE_NO_INPUT, compute_ifd  # noqa: E402
 from hf_adapters.models import DEFAULT_MODEL_ID, load_model  # noqa: E402
-from hf_adapters.parity_command import evaluate_parallel, group_by_language, read_jsonl  # noqa: E402
+from hf_adapters.parallel import evaluate_parallel, group_by_language  # noqa: E402
 from hf_adapters.perplexity import compute_perplexity  # noqa: E402
 
 PACKAGE_DATA = Path(__file__).resolve().parents[1] / "hf_adapters" / "data"

@@ -15,6 +15,14 @@ _EXPORTS = {
     "clear_model_cache": "models",
     "load_model": "models",
     "compute_perplexity": "perplexity",
+    "compute_ifd": "ifd",
+    "compute_information_parity": "parity",
+    "evaluate_parallel": "parallel",
+    "add_perplexity_column": "columns",
+    "add_ifd_column": "columns",
+    "add_information_parity_column": "columns",
+    "build_scorer": "scorers",
+    "score_dataset": "jobs",
 }
 
 __all__ = sorted(_EXPORTS)

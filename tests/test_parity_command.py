@@ -9,8 +9,8 @@ import pytest
 from hf_adapters.cli import main
 from hf_adapters.data_io import read_jsonl
 from hf_adapters.models import embedded_default_source
+from hf_adapters.parallel import evaluate_parallel, group_by_language, parallel_sample_rows
 from hf_adapters.parity import compute_information_parity
-from hf_adapters.parity_command import evaluate_parallel, group_by_language, parallel_sample_rows
 
 ROWS = [
     {"lang": "eng_Latn", "id": 0, "text": "The cat sleeps on the sofa."},
@@ -140,7 +140,7 @@ def test_default_model_on_shared_flores(shared_dir, tmp_path, capsys):
 def test_hub_rows_accept_flores_plus_columns(monkeypatch):
     import datasets
 
-    from hf_adapters.parity_command import hub_rows
+    from hf_adapters.parallel import hub_rows
 
     table = datasets.Dataset.from_dict(
         {"iso_639_3": ["eng", "fra"], "iso_15924": ["Latn", "Latn"], "id": [1, 1], "text": ["Hi.", "Salut."]}

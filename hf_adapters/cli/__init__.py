@@ -1,4 +1,6 @@
-"""The ``hf-adapters`` command line (also ``python -m hf_adapters``)."""
+"""The ``hf-adapters`` command line (also ``python -m hf_adapters``): one module per subcommand.
+
+Nothing outside this package imports from it."""
 
 from __future__ import annotations
 
@@ -6,9 +8,9 @@ import argparse
 import logging
 from collections.abc import Sequence
 
-from . import demo, parity_command, score_command
+from . import demo, parity, score
 
-SUBCOMMANDS = [demo, parity_command, score_command]
+SUBCOMMANDS = [demo, parity, score]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -13,15 +13,15 @@ import time
 from importlib import resources
 from pathlib import Path
 
-from .columns import ppl_text
-from .data_io import read_jsonl
-from .ifd import compute_ifd
-from .ifeval import demo_rows, score_row
-from .models import DEFAULT_MODEL_ID, load_model
-from .parity_command import evaluate_parallel, parallel_sample_rows
-from .parity_command import format_table as parity_table
-from .perplexity import compute_perplexity
-from .report import format_number, format_table
+from ..columns import ppl_text
+from ..data_io import read_jsonl
+from ..ifd import compute_ifd
+from ..ifeval import demo_rows, score_row
+from ..models import DEFAULT_MODEL_ID, load_model
+from ..parallel import evaluate_parallel, parallel_sample_rows
+from ..perplexity import compute_perplexity
+from .parity import format_table as parity_table
+from .tables import format_number, format_table
 
 
 def sample_rows() -> list[dict]:

@@ -12,10 +12,10 @@ from pathlib import Path
 
 from accelerate import PartialState
 
-from .data_io import LOADERS, data_fingerprint, read_rows
-from .jobs import check_output_path, run_scoring_job
-from .models import ModelLoadError
-from .scorers import build_scorer, load_config
+from ..data_io import LOADERS, data_fingerprint, read_rows
+from ..jobs import check_output_path, run_scoring_job
+from ..models import ModelLoadError
+from ..scorers import build_scorer, load_config
 
 
 def _positive_int(text: str) -> int:
