@@ -28,7 +28,7 @@ from .ifd import (
     score_ifd,
 )
 from .models import DEFAULT_MODEL_ID, model_and_tokenizer, resolve_device, resolve_dtype
-from .options import check_lengths
+from .options import DEFAULT_BATCH_SIZE, DEFAULT_MAX_LENGTH, check_lengths
 from .parity import check_pairs, score_texts, summarize_information_parity
 from .perplexity import compute_perplexity
 
@@ -90,7 +90,7 @@ class PerplexityMapper(_ModelMapper):
         output_column: str = "output",
         column: str = "perplexity",
         model_id: str = DEFAULT_MODEL_ID,
-        batch_size: int = 16,
+        batch_size: int = DEFAULT_BATCH_SIZE,
         max_length: int | None = None,
         dtype: str | torch.dtype | None = None,
         device: str | torch.device | None = None,
@@ -151,9 +151,9 @@ class IFDMapper(_ModelMapper):
         model_id: str = DEFAULT_MODEL_ID,
         template: str = DEFAULT_TEMPLATE,
         template_no_input: str = DEFAULT_TEMPLATE_NO_INPUT,
-        max_length: int | None = 2048,
+        max_length: int | None = DEFAULT_MAX_LENGTH,
         mode: str = "ppl_ratio",
-        batch_size: int = 16,
+        batch_size: int = DEFAULT_BATCH_SIZE,
         dtype: str | torch.dtype | None = None,
         device: str | torch.device | None = None,
         model: PreTrainedModel | None = None,
@@ -205,7 +205,7 @@ class InformationParityMapper(_ModelMapper):
         reference_column: str,
         column: str = "information_parity",
         model_id: str = DEFAULT_MODEL_ID,
-        batch_size: int = 16,
+        batch_size: int = DEFAULT_BATCH_SIZE,
         max_length: int | None = None,
         dtype: str | torch.dtype | None = None,
         device: str | torch.device | None = None,
@@ -284,7 +284,7 @@ def add_perplexity_column(
     output_column: str = "output",
     column: str = "perplexity",
     model_id: str = DEFAULT_MODEL_ID,
-    batch_size: int = 16,
+    batch_size: int = DEFAULT_BATCH_SIZE,
     max_length: int | None = None,
     dtype: str | torch.dtype | None = None,
     device: str | torch.device | None = None,
@@ -327,9 +327,9 @@ def add_ifd_column(
     model_id: str = DEFAULT_MODEL_ID,
     template: str = DEFAULT_TEMPLATE,
     template_no_input: str = DEFAULT_TEMPLATE_NO_INPUT,
-    max_length: int | None = 2048,
+    max_length: int | None = DEFAULT_MAX_LENGTH,
     mode: str = "ppl_ratio",
-    batch_size: int = 16,
+    batch_size: int = DEFAULT_BATCH_SIZE,
     dtype: str | torch.dtype | None = None,
     device: str | torch.device | None = None,
     model: PreTrainedModel | None = None,
@@ -367,7 +367,7 @@ def add_information_parity_column(
     *,
     column: str = "information_parity",
     model_id: str = DEFAULT_MODEL_ID,
-    batch_size: int = 16,
+    batch_size: int = DEFAULT_BATCH_SIZE,
     max_length: int | None = None,
     dtype: str | torch.dtype | None = None,
     device: str | torch.device | None = None,

@@ -21,9 +21,9 @@ import numpy as np
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from .likelihood import ContinuationScore, model_max_length, score_continuations
+from .likelihood import ContinuationScore, effective_max_length, score_continuations
 from .models import DEFAULT_MODEL_ID, model_and_tokenizer
-from .options import check_lengths
+from .options import DEFAULT_BATCH_SIZE, DEFAULT_MAX_LENGTH, check_lengths
 
 logger = logging.getLogger(__name__)
 
@@ -133,15 +133,10 @@ def ifd_items(
     return items, truncated
 
 
-def perplexity(score: ContinuationScore) -> float:
-    """exp of the mean NLL (inf rather than an error past float range)."""
-    return float(np.exp(score.mean_nll))
-
-
 def ifd_ratio(conditional: ContinuationScore, direct: ContinuationScore, mode: str = "ppl_ratio") -> float:
     """IFD of one row from its two scores of the same answer tokens."""
     if mode == "ppl_ratio":
-        return perplexity(conditional) / perplexity(direct)
+        return conditional.perplexity / direct.perplexity
     return conditional.mean_nll / direct.mean_nll if direct.mean_nll else math.nan
 
 
@@ -154,8 +149,8 @@ def score_ifd(
     *,
     template: str = DEFAULT_TEMPLATE,
     template_no_input: str = DEFAULT_TEMPLATE_NO_INPUT,
-    max_length: int | None = 2048,
-    batch_size: int = 16,
+    max_length: int | None = DEFAULT_MAX_LENGTH,
+    batch_size: int = DEFAULT_BATCH_SIZE,
     mode: str = "ppl_ratio",
     progress: bool | None = None,
     first_row: int = 0,
@@ -163,9 +158,7 @@ def score_ifd(
     """IFD of validated rows with a loaded model: the body of :func:`compute_ifd`."""
     if template == CHAT_TEMPLATE and not tokenizer.chat_template:
         raise ValueError("template='chat' needs a tokenizer with a chat template; this one has none.")
-    limit = model_max_length(model)
-    if limit is not None and (max_length is None or max_length > limit):
-        max_length = limit
+    max_length = effective_max_length(model, max_length)
     items, truncated = ifd_items(
         tokenizer, instructions, outputs, inputs,
         template=template, template_no_input=template_no_input, max_length=max_length, first_row=first_row,
@@ -188,8 +181,8 @@ def score_ifd(
             continue
         conditional, direct = next(pairs)
         ifd.append(ifd_ratio(conditional, direct, mode))
-        conditional_ppl.append(perplexity(conditional))
-        direct_ppl.append(perplexity(direct))
+        conditional_ppl.append(conditional.perplexity)
+        direct_ppl.append(direct.perplexity)
     finite = [score for score in ifd if not math.isnan(score)]
     return {
         "ifd_scores": ifd,
@@ -215,8 +208,8 @@ def compute_ifd(
     model_id: str = DEFAULT_MODEL_ID,
     template: str = DEFAULT_TEMPLATE,
     template_no_input: str = DEFAULT_TEMPLATE_NO_INPUT,
-    max_length: int | None = 2048,
-    batch_size: int = 16,
+    max_length: int | None = DEFAULT_MAX_LENGTH,
+    batch_size: int = DEFAULT_BATCH_SIZE,
     mode: str = "ppl_ratio",
     dtype: str | torch.dtype | None = None,
     device: str | torch.device | None = None,

@@ -34,6 +34,7 @@ from accelerate.utils import broadcast_object_list, gather_object
 from datasets import Dataset
 from tqdm.auto import tqdm
 
+from .options import DEFAULT_BATCH_SIZE
 from .scorers import RowScorer, build_scorer
 
 logger = logging.getLogger(__name__)
@@ -41,7 +42,7 @@ logger = logging.getLogger(__name__)
 MANIFEST = "manifest.json"
 LOCK = "lock"
 #: Chunk size for scorers whose config has no ``batch_size``.
-DEFAULT_CHUNK_SIZE = 16
+DEFAULT_CHUNK_SIZE = DEFAULT_BATCH_SIZE
 #: Rows converted to dicts at a time when checking a data set before scoring.
 CHECK_CHUNK_SIZE = 10_000
 #: Seconds between looks at the other processes' progress while waiting for them.

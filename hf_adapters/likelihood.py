@@ -14,12 +14,13 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from .cpu_kernels import check_cpu_dtype, cpu_linear_kernel
-from .options import check_batch_size, check_max_length
+from .options import DEFAULT_BATCH_SIZE, check_batch_size, check_max_length
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +53,11 @@ class ContinuationScore:
         """Mean NLL per scored token (NaN when nothing was scored)."""
         return self.nll / self.num_tokens if self.num_tokens else math.nan
 
+    @property
+    def perplexity(self) -> float:
+        """exp of the mean NLL: NaN when nothing was scored, inf rather than an error past float range."""
+        return float(np.exp(self.mean_nll))
+
 
 @dataclass(frozen=True)
 class _Prepared:
@@ -77,6 +83,14 @@ def model_max_length(model: PreTrainedModel) -> int | None:
         if isinstance(value, int) and value > 0:
             return value
     return None
+
+
+def effective_max_length(model: PreTrainedModel, max_length: int | None) -> int | None:
+    """``max_length`` capped at the model's position limit (the limit itself when None)."""
+    limit = model_max_length(model)
+    if limit is None or (max_length is not None and max_length <= limit):
+        return max_length
+    return limit
 
 
 def _prepare(
@@ -200,7 +214,7 @@ def score_continuations(
     items: Sequence[tuple[Sequence[int], Sequence[int]]],
     *,
     max_length: int | None = None,
-    batch_size: int | None = 16,
+    batch_size: int | None = DEFAULT_BATCH_SIZE,
     max_batch_tokens: int | None = None,
     max_padding: float | None = None,
     packing: bool | None = None,
@@ -210,8 +224,8 @@ def score_continuations(
     """Score each (context ids, continuation ids) pair; results come back in input order.
 
     An empty context is replaced by the start token (BOS, else EOS), so the first continuation
-    token is always scored. Sequences longer than ``max_length`` (default: the model's position
-    limit) are right-truncated, keeping the context; an item left with no scored token gets NaN
+    token is always scored. Sequences longer than ``max_length`` (capped at, and by default, the
+    model's position limit) are right-truncated, keeping the context; an item left with no scored token gets NaN
     and a warning.
 
     Batches hold at most ``batch_size`` items and ``max_batch_tokens`` padded tokens; an item
@@ -236,8 +250,7 @@ def score_continuations(
     if batch_size is not None:
         check_batch_size(batch_size)
     model = _unwrap(model)
-    if max_length is None:
-        max_length = model_max_length(model)
+    max_length = effective_max_length(model, max_length)
     start_id = start_token_id(tokenizer)
     prepared = [_prepare(i, ctx, cont, start_id, max_length) for i, (ctx, cont) in enumerate(items)]
     results: list[ContinuationScore | None] = [None] * len(prepared)

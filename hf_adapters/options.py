@@ -5,6 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+#: Rows per batch when the caller does not say (the core also bounds each batch by a token budget).
+DEFAULT_BATCH_SIZE = 16
+#: IFD's and the seed configs' default truncation length, in tokens (capped at the model's limit).
+DEFAULT_MAX_LENGTH = 2048
+
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)

@@ -19,6 +19,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from .data_io import read_jsonl
 from .models import DEFAULT_MODEL_ID, model_and_tokenizer
+from .options import DEFAULT_BATCH_SIZE
 from .parity import score_texts, summarize_information_parity
 from .perplexity import check_texts
 
@@ -52,7 +53,7 @@ def evaluate_parallel(
     *,
     languages: Sequence[str] | None = None,
     model_id: str = DEFAULT_MODEL_ID,
-    batch_size: int = 16,
+    batch_size: int = DEFAULT_BATCH_SIZE,
     max_length: int | None = None,
     dtype: str | torch.dtype | None = None,
     device: str | torch.device | None = None,

@@ -19,7 +19,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from .likelihood import ContinuationScore, score_continuations
 from .models import DEFAULT_MODEL_ID, model_and_tokenizer
-from .options import check_lengths
+from .options import DEFAULT_BATCH_SIZE, check_lengths
 from .perplexity import check_texts, text_items
 
 logger = logging.getLogger(__name__)
@@ -54,7 +54,7 @@ def score_texts(
     texts: Sequence[str],
     *,
     max_length: int | None = None,
-    batch_size: int = 16,
+    batch_size: int = DEFAULT_BATCH_SIZE,
     progress: bool | None = None,
 ) -> dict[str, ContinuationScore]:
     """Total NLL of each distinct text, every token scored after the start token, in one core call."""
@@ -116,7 +116,7 @@ def compute_information_parity(
     references: Sequence[str],
     *,
     model_id: str = DEFAULT_MODEL_ID,
-    batch_size: int = 16,
+    batch_size: int = DEFAULT_BATCH_SIZE,
     max_length: int | None = None,
     dtype: str | torch.dtype | None = None,
     device: str | torch.device | None = None,

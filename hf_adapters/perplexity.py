@@ -12,7 +12,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from .likelihood import ContinuationScore, score_continuations
 from .models import DEFAULT_MODEL_ID, model_and_tokenizer
-from .options import check_lengths
+from .options import DEFAULT_BATCH_SIZE, check_lengths
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ def text_items(
 
 def summarize_perplexity(scores: Sequence[ContinuationScore]) -> dict:
     """Per-text perplexities, their mean over valid texts, and corpus perplexity."""
-    perplexities = [math.exp(score.mean_nll) if score.num_tokens else math.nan for score in scores]
+    perplexities = [score.perplexity for score in scores]
     valid = [score for score in scores if score.num_tokens]
     total_tokens = sum(score.num_tokens for score in valid)
     corpus = math.exp(sum(score.nll for score in valid) / total_tokens) if total_tokens else math.nan
@@ -57,7 +57,7 @@ def summarize_perplexity(scores: Sequence[ContinuationScore]) -> dict:
 def compute_perplexity(
     predictions: Sequence[str],
     model_id: str = DEFAULT_MODEL_ID,
-    batch_size: int = 16,
+    batch_size: int = DEFAULT_BATCH_SIZE,
     add_start_token: bool = True,
     device: str | torch.device | None = None,
     max_length: int | None = None,

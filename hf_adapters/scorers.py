@@ -17,7 +17,7 @@ from . import models
 from .columns import ppl_text
 from .ifd import DEFAULT_TEMPLATE, DEFAULT_TEMPLATE_NO_INPUT, check_templates, score_ifd
 from .models import DEFAULT_MODEL_ID
-from .options import check_lengths
+from .options import DEFAULT_BATCH_SIZE, DEFAULT_MAX_LENGTH, check_lengths
 from .parity import compute_information_parity
 from .perplexity import compute_perplexity
 
@@ -155,7 +155,9 @@ class PPLScorer(InstructionRowScorer):
     """
 
     name = "PPLScorer"
-    options = {"model": DEFAULT_MODEL_ID, "max_length": 2048, "batch_size": 16, "dtype": None}
+    options = {
+        "model": DEFAULT_MODEL_ID, "max_length": DEFAULT_MAX_LENGTH, "batch_size": DEFAULT_BATCH_SIZE, "dtype": None,
+    }
 
     def score_rows(self, rows: Sequence[Mapping[str, Any]]) -> list[float]:
         texts = [ppl_text(*row) for row in zip(*self.columns(rows), strict=True)]
@@ -173,8 +175,8 @@ class IFDScorer(InstructionRowScorer):
     name = "IFDScorer"
     options = {
         "model": DEFAULT_MODEL_ID,
-        "max_length": 2048,
-        "batch_size": 16,
+        "max_length": DEFAULT_MAX_LENGTH,
+        "batch_size": DEFAULT_BATCH_SIZE,
         "dtype": None,
         "template": DEFAULT_TEMPLATE,
         "template_no_input": DEFAULT_TEMPLATE_NO_INPUT,
@@ -244,7 +246,7 @@ class InformationParityScorer(RowScorer):
     options: ClassVar[dict[str, Any]] = {
         "model": DEFAULT_MODEL_ID,
         "max_length": None,
-        "batch_size": 16,
+        "batch_size": DEFAULT_BATCH_SIZE,
         "dtype": None,
         "text_field": "text",
         "reference_field": "reference",

@@ -10,6 +10,7 @@ import torch
 from hf_adapters import likelihood
 from hf_adapters.likelihood import (
     OUTPUT_CHUNK_POSITIONS,
+    ContinuationScore,
     make_batches,
     score_continuations,
     start_token_id,
@@ -128,6 +129,18 @@ def test_default_max_length_is_the_model_position_limit(tokenizer):
     items = encode(tokenizer, [("", "word " * 100)])
     [score] = score_continuations(model, tokenizer, items)
     assert score.truncated and score.num_tokens == 31
+
+
+def test_a_max_length_beyond_the_position_limit_is_capped_at_it(tokenizer):
+    model = build_model(len(tokenizer), max_position_embeddings=32)
+    items = encode(tokenizer, [("", "word " * 100)])
+    [score] = score_continuations(model, tokenizer, items, max_length=100)
+    assert score.truncated and score.num_tokens == 31
+
+
+def test_perplexity_of_a_score_is_exp_of_its_mean_nll_nan_without_tokens():
+    assert ContinuationScore(6.0, 3, False).perplexity == pytest.approx(math.exp(2.0))
+    assert math.isnan(ContinuationScore(math.nan, 0, False).perplexity)
 
 
 def test_output_layer_runs_only_at_scored_positions(model, tokenizer):

@@ -12,6 +12,7 @@ from typing import Any
 
 from ..data_io import read_jsonl
 from ..models import DEFAULT_MODEL_ID
+from ..options import DEFAULT_BATCH_SIZE
 from ..parallel import evaluate_parallel, hub_rows
 from .tables import format_table as text_table
 
@@ -110,7 +111,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--reference", default="eng_Latn", help="the reference language (default: eng_Latn)")
     parser.add_argument("--languages", nargs="+", help="only these languages under test (default: all)")
     parser.add_argument("--model", default=DEFAULT_MODEL_ID, help=f"model id or path (default: {DEFAULT_MODEL_ID})")
-    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE)
     parser.add_argument("--max-length", type=int, default=None)
     parser.add_argument("--dtype", default=None, help="float32 (CPU default), bfloat16 or float16")
     parser.add_argument("--device", default=None)

@@ -5,6 +5,7 @@ import evaluate
 
 from hf_adapters.ifd import DEFAULT_TEMPLATE, DEFAULT_TEMPLATE_NO_INPUT, check_ifd_inputs, compute_ifd
 from hf_adapters.models import DEFAULT_MODEL_ID
+from hf_adapters.options import DEFAULT_BATCH_SIZE, DEFAULT_MAX_LENGTH
 
 _CITATION = """\
 @inproceedings{li-etal-2024-quantity,
@@ -93,8 +94,8 @@ class IFD(evaluate.Metric):
         model_id=DEFAULT_MODEL_ID,
         template=DEFAULT_TEMPLATE,
         template_no_input=DEFAULT_TEMPLATE_NO_INPUT,
-        max_length=2048,
-        batch_size=16,
+        max_length=DEFAULT_MAX_LENGTH,
+        batch_size=DEFAULT_BATCH_SIZE,
         mode="ppl_ratio",
         dtype=None,
         device=None,

@@ -4,6 +4,7 @@ import datasets
 import evaluate
 
 from hf_adapters.models import DEFAULT_MODEL_ID
+from hf_adapters.options import DEFAULT_BATCH_SIZE
 from hf_adapters.parity import check_pairs, compute_information_parity
 
 _CITATION = """\
@@ -84,7 +85,7 @@ class InformationParity(evaluate.Metric):
         predictions,
         references,
         model_id=DEFAULT_MODEL_ID,
-        batch_size=16,
+        batch_size=DEFAULT_BATCH_SIZE,
         max_length=None,
         dtype=None,
         device=None,

@@ -4,6 +4,7 @@ import datasets
 import evaluate
 
 from hf_adapters.models import DEFAULT_MODEL_ID
+from hf_adapters.options import DEFAULT_BATCH_SIZE
 from hf_adapters.perplexity import check_texts, compute_perplexity
 
 _CITATION = """\
@@ -73,7 +74,7 @@ class Perplexity(evaluate.Metric):
         self,
         predictions,
         model_id=DEFAULT_MODEL_ID,
-        batch_size=16,
+        batch_size=DEFAULT_BATCH_SIZE,
         add_start_token=True,
         device=None,
         max_length=None,
