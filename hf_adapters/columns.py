@@ -271,6 +271,10 @@ def _apply(ds: Dataset | DatasetDict, mapper, config: dict[str, Any], desc: str,
             ds = ds.add_column(column, [], feature=Value("float64"))
         return ds
     kwargs = {"desc": desc, **map_kwargs}
+    if (kwargs.get("num_proc") or 1) > 1:
+        logger.warning("num_proc=%s is ignored: model columns are scored in this process, in batches (forked copies "
+                       "of a process that has run torch can deadlock).", kwargs["num_proc"])
+        kwargs.pop("num_proc")
     kwargs.setdefault("new_fingerprint", result_fingerprint(ds, mapper, config))
     return ds.map(mapper, batched=True, with_indices=True, **kwargs)
 

@@ -37,12 +37,33 @@ def read_rows(path: str | Path) -> Dataset:
                 f"Cannot read {str(path)!r}: unknown file type {path.suffix!r}; use one of {sorted(LOADERS)} "
                 "or a directory written by Dataset.save_to_disk."
             )
+        if not path.read_bytes().strip():
+            raise ValueError(f"Cannot read {str(path)!r}: the file is empty.")
         options = {"keep_default_na": False} if loader == "csv" else {}
         try:
             dataset = load_dataset(loader, data_files=str(path), split="train", **options)
         except Exception as error:  # datasets wraps parse errors in several types
-            raise ValueError(f"Cannot read {str(path)!r} as {loader}: {error}") from error
+            raise ValueError(f"Cannot read {str(path)!r} as {loader}: {_reason(path, loader, error)}") from error
     return _with_ids(dataset.with_format(None))
+
+
+def _reason(path: Path, loader: str, error: Exception) -> str:
+    """What is wrong with a file the datasets loader refused, in words a person can act on."""
+    if loader == "csv" and len([line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]) < 2:
+        return "it has a header but no rows."
+    if loader == "json":
+        text = path.read_text(encoding="utf-8")
+        try:
+            json.loads(text)
+            return str(error)
+        except json.JSONDecodeError:
+            pass
+        for number, line in enumerate(text.splitlines(), 1):
+            try:
+                json.loads(line) if line.strip() else None
+            except json.JSONDecodeError as line_error:
+                return f"line {number} is not valid JSON ({line_error.msg})."
+    return str(error)
 
 
 def _load_saved(path: Path) -> Dataset:

@@ -60,12 +60,22 @@ def hub_is_offline() -> bool:
 
 
 def candidate_sources(model_id: str) -> list[ModelSource]:
-    """The sources to try, in order, for a hub id, a local directory or a local ``.gguf`` file."""
+    """The sources to try, in order, for a hub id, a local directory or a local ``.gguf`` file.
+
+    Raises a ModelLoadError at once for an empty id, a local path (``/``, ``.`` or ``~`` first)
+    that does not exist, and a folder that holds no model."""
+    if not isinstance(model_id, str) or not model_id.strip():
+        raise ModelLoadError(f"The model id is empty ({model_id!r}); give a hub id, a local folder or a .gguf file.")
     local = Path(model_id).expanduser()
     if local.is_file() and local.suffix == ".gguf":
         return [ModelSource(str(local.parent), local.name)]
     if local.is_dir():
+        if not (local / "config.json").is_file() and not any(local.glob("*.gguf")):
+            raise ModelLoadError(f"Could not load model {model_id!r}: the folder holds no model "
+                                 "(no config.json and no .gguf file).")
         return [ModelSource(str(local))]
+    if model_id.startswith(("/", ".", "~")):
+        raise ModelLoadError(f"Could not load model {model_id!r}: no such file or folder.")
     candidates = [] if (model_id == DEFAULT_MODEL_ID and hub_is_offline()) else [ModelSource(model_id)]
     if model_id == DEFAULT_MODEL_ID and (embedded := embedded_default_source()) is not None:
         candidates.append(embedded)

@@ -18,12 +18,21 @@ logger = logging.getLogger(__name__)
 
 
 def check_texts(texts: Sequence, name: str = "predictions") -> None:
-    """Raise a TypeError naming the first row of ``texts`` that is not a string."""
+    """Raise a TypeError naming ``texts`` if it is missing or a single string, or the first row that
+    is not a string; a ValueError naming a row that is not valid Unicode (a lone surrogate)."""
+    if texts is None:
+        raise TypeError(f"`{name}` is missing: pass a list of strings.")
     if isinstance(texts, str):
         raise TypeError(f"`{name}` must be a list of strings, not a single string.")
     for row, text in enumerate(texts):
         if not isinstance(text, str):
             raise TypeError(f"`{name}`[{row}] must be a string, got {type(text).__name__}: {text!r:.80}")
+        if not text.isascii():
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as error:
+                raise ValueError(f"`{name}`[{row}] is not valid Unicode: {error.reason} at character "
+                                 f"{error.start}.") from None
 
 
 def text_items(

@@ -165,3 +165,11 @@ def test_a_zero_row_dataset_gets_the_new_columns_empty(load_calls):
                                           model_id="tiny")
     assert pairs.column_names == ["text", "reference", "information_parity"]
     assert load_calls == []
+
+
+def test_num_proc_above_one_scores_in_this_process_and_says_so(model, tokenizer, caplog):
+    ds = Dataset.from_dict({"text": ["The sea.", "A fox.", "Cats."]})
+    expected = compute_perplexity(ds["text"], model=model, tokenizer=tokenizer)["perplexities"]
+    scored = add_perplexity_column(ds, text_column="text", model=model, tokenizer=tokenizer, num_proc=2)
+    assert scored["perplexity"] == pytest.approx(expected, rel=1e-6)
+    assert "num_proc=2 is ignored" in caplog.text

@@ -90,3 +90,17 @@ def test_the_shared_alpaca_list_of_records_reads_with_empty_ids(shared_dir):
     dataset = read_rows(shared_dir / "data" / "alpaca_cherry_5pct.json")
     assert len(dataset) == 3111 and set(dataset["id"]) == {""}
     assert dataset[0]["instruction"] == "Design a wellness plan for the given audience"
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [("empty.jsonl", "", "the file is empty"), ("blank.jsonl", "\n \n", "the file is empty"),
+     ("header.csv", "instruction,input,output\n", "a header but no rows"),
+     ("corrupt.jsonl", '{"instruction": "a", "output": "b"}\n{"instruction": "c", "output": \n',
+      "line 2 is not valid JSON")],
+)
+def test_unreadable_files_get_a_reason_a_person_can_act_on(tmp_path, name, content, message):
+    path = tmp_path / name
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(ValueError, match=message):
+        read_rows(path)

@@ -129,3 +129,16 @@ def test_flash_attention_is_asked_for_only_on_cuda_in_half_precision_when_instal
                                                 ("cpu", "cpu"), (2, "cuda:2")])
 def test_devices_resolve_gpu_meaning_cuda_as_evaluate_does(name, expected):
     assert resolve_device(name) == torch.device(expected)
+
+
+@pytest.mark.parametrize(("model_id", "message"), [("", "model id is empty"), ("  ", "model id is empty"),
+                                                    ("./no/such/folder", "no such file or folder"),
+                                                    ("/no/such/model", "no such file or folder")])
+def test_empty_ids_and_missing_paths_are_named_as_such(model_id, message):
+    with pytest.raises(ModelLoadError, match=message):
+        load_model(model_id)
+
+
+def test_an_empty_folder_is_named_as_holding_no_model(tmp_path):
+    with pytest.raises(ModelLoadError, match="holds no model"):
+        load_model(str(tmp_path))

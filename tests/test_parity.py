@@ -222,3 +222,10 @@ def test_bits_per_byte_leaves_out_pairs_with_a_truncated_text(model, tokenizer):
     only_truncated = compute_information_parity([long_text], [REFERENCES[0]], model=model, tokenizer=tokenizer,
                                                 max_length=64)
     assert math.isnan(only_truncated["bits_per_byte"]) and math.isnan(only_truncated["reference_bits_per_byte"])
+
+
+def test_missing_references_and_invalid_unicode_are_errors_naming_them(model, tokenizer):
+    with pytest.raises(TypeError, match="`references` is missing"):
+        compute_information_parity(["a"], None, model=model, tokenizer=tokenizer)
+    with pytest.raises(ValueError, match=r"`predictions`\[1\] is not valid Unicode"):
+        compute_information_parity(["fine", "bad \ud800 text"], ["a", "b"], model=model, tokenizer=tokenizer)
