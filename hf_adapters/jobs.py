@@ -2,14 +2,15 @@
 
 Layout of a job writing ``OUTPUT``: a work directory ``OUTPUT.parts/`` holds ``lock`` (process 0
 holds an exclusive lock on it while the job runs, so a second identical command stops at once),
-``manifest.json``
-(what the job is: scorer config, data fingerprint, row count, chunk size, process count) and one
-append-only ``rank-00000.jsonl`` per process. The rows are cut into chunks of ``batch_size`` rows
+``manifest.json`` (what the job is: scorer config, data fingerprint, row count, chunk size,
+process count) and one append-only ``rank-00000.jsonl`` per process. The rows are cut into chunks of ``batch_size`` rows
 and every process takes a contiguous run of chunks, so each chunk is scored with the same rows
 whatever the number of processes. A process appends a chunk's lines and fsyncs them before
 starting the next chunk; after a kill, an incomplete chunk at the end of a part is dropped and
 scored again. When every part is complete, process 0 merges them in input order into
-``OUTPUT.tmp``, renames that onto ``OUTPUT`` and removes the work directory.
+``OUTPUT.tmp``, renames that onto ``OUTPUT``, renames the manifest to ``complete.json`` and
+removes the work directory, that record last: a run that finds it (a kill during the cleanup)
+does no work.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ from .scorers import RowScorer, build_scorer
 logger = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
+#: The manifest, renamed once ``OUTPUT`` is in place: the output is this job's, complete.
+COMPLETE = "complete.json"
 LOCK = "lock"
 #: Chunk size for scorers whose config has no ``batch_size``.
 DEFAULT_CHUNK_SIZE = DEFAULT_BATCH_SIZE
@@ -206,7 +209,15 @@ def _run_locked(dataset: Dataset, scorer: RowScorer, output_path: Path, manifest
                 progress: bool, shard: range, started: float) -> JobSummary:
     state = PartialState()
     work_dir, num_rows, chunk_size = work_dir_for(output_path), manifest["rows"], manifest["chunk_size"]
-    _open_work_dir(work_dir, manifest, overwrite, state)
+    if _open_work_dir(work_dir, output_path, manifest, overwrite, state) == "complete":
+        valid = None
+        if state.is_main_process:
+            logger.info("%s is already this job's complete output; finishing its cleanup.", output_path)
+            _remove_work_dir(work_dir)
+            with open(output_path, encoding="utf-8") as handle:
+                valid = sum(json.loads(line)["score"] is not None for line in handle)
+        [valid] = broadcast_object_list([valid]) if state.num_processes > 1 else [valid]
+        return JobSummary(num_rows, valid, time.perf_counter() - started, 0)
 
     part = work_dir / f"rank-{state.process_index:05d}.jsonl"
     done = _resume_part(part, shard, chunk_size)
@@ -321,12 +332,14 @@ def _job_lock(work_dir: Path, state: PartialState) -> Iterator[None]:
             handle.close()
 
 
-def _open_work_dir(work_dir: Path, manifest: dict[str, Any], overwrite: bool, state: PartialState) -> None:
-    """Process 0 decides between starting afresh, resuming and refusing; every process follows."""
-    decision = _decide(work_dir, manifest, overwrite) if state.is_main_process else None
+def _open_work_dir(work_dir: Path, output_path: Path, manifest: dict[str, Any], overwrite: bool,
+                   state: PartialState) -> str:
+    """Process 0 decides between starting afresh, resuming, finding the job complete and refusing;
+    every process follows. Returns ``"fresh"``, ``"resume"`` or ``"complete"``."""
+    decision = _decide(work_dir, output_path, manifest, overwrite) if state.is_main_process else None
     if state.num_processes > 1:
         [decision] = broadcast_object_list([decision])
-    if decision not in ("fresh", "resume"):
+    if decision not in ("fresh", "resume", "complete"):
         raise JobConflictError(decision)
     if decision == "fresh" and state.is_main_process:
         for entry in work_dir.iterdir():
@@ -334,10 +347,17 @@ def _open_work_dir(work_dir: Path, manifest: dict[str, Any], overwrite: bool, st
                 shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
         _write_atomically(work_dir / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     state.wait_for_everyone()
+    return decision
 
 
-def _decide(work_dir: Path, manifest: dict[str, Any], overwrite: bool) -> str:
-    """``"fresh"``, ``"resume"``, or the message refusing to mix with another job's results."""
+def _decide(work_dir: Path, output_path: Path, manifest: dict[str, Any], overwrite: bool) -> str:
+    """``"fresh"``, ``"resume"``, ``"complete"`` (a kill interrupted the cleanup after the output was
+    in place), or the message refusing to mix with another job's results."""
+    try:
+        if json.loads((work_dir / COMPLETE).read_text(encoding="utf-8")) == manifest and output_path.is_file():
+            return "complete"
+    except (OSError, ValueError):
+        pass
     try:
         old = json.loads((work_dir / MANIFEST).read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -433,5 +453,16 @@ def _merge(work_dir: Path, output_path: Path, num_rows: int, chunk_size: int, wo
         out.flush()
         os.fsync(out.fileno())
     os.replace(tmp, output_path)
-    shutil.rmtree(work_dir)
+    os.replace(work_dir / MANIFEST, work_dir / COMPLETE)
+    _remove_work_dir(work_dir)
     return valid
+
+
+def _remove_work_dir(work_dir: Path) -> None:
+    """Remove the parts first and the completion record last, so that a kill at any moment leaves
+    either a resumable job or a record that the output is complete."""
+    for entry in work_dir.iterdir():
+        if entry.name not in (COMPLETE, LOCK):
+            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+    (work_dir / COMPLETE).unlink(missing_ok=True)
+    shutil.rmtree(work_dir)

@@ -331,3 +331,27 @@ def test_an_ifeval_row_with_an_unknown_id_is_found_before_any_row_is_scored(tmp_
     with pytest.raises(ValueError, match=r"unknown IFEval instruction id 'no:such_check' \(row 4, key 4\)"):
         run_scoring_job(Dataset.from_list(rows), build_scorer({"name": "IFEvalScorer"}), output, progress=False)
     assert not work_dir_for(output).exists()
+
+
+def test_a_kill_during_the_final_cleanup_leaves_a_complete_output_that_needs_no_work(tmp_path, monkeypatch):
+    from hf_adapters import jobs
+
+    rows = Dataset.from_list(make_rows(10))
+    output = tmp_path / "out.jsonl"
+
+    def killed_during_cleanup(work_dir):
+        (work_dir / "rank-00000.jsonl").unlink()  # the cleanup got this far
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(jobs, "_remove_work_dir", killed_during_cleanup)
+    with pytest.raises(KeyboardInterrupt):
+        run_scoring_job(rows, LengthRatioScorer(), output, progress=False)
+    monkeypatch.undo()
+    complete = output.read_bytes()
+    assert (work_dir_for(output) / "complete.json").is_file()
+
+    rerun = LengthRatioScorer()
+    summary = run_scoring_job(rows, rerun, output, progress=False)
+    assert rerun.scored_rows == [] and summary.scored == 0
+    assert summary.valid == sum(json.loads(line)["score"] is not None for line in complete.splitlines())
+    assert output.read_bytes() == complete and not work_dir_for(output).exists()
