@@ -2,15 +2,15 @@
 
 Layout of a job writing ``OUTPUT``: a work directory ``OUTPUT.parts/`` holds ``lock`` (process 0
 holds an exclusive lock on it while the job runs, so a second identical command stops at once),
-``manifest.json`` (what the job is: scorer config, data fingerprint, row count, chunk size,
-process count) and one append-only ``rank-00000.jsonl`` per process. The rows are cut into chunks of ``batch_size`` rows
-and every process takes a contiguous run of chunks, so each chunk is scored with the same rows
-whatever the number of processes. A process appends a chunk's lines and fsyncs them before
-starting the next chunk; after a kill, an incomplete chunk at the end of a part is dropped and
-scored again. When every part is complete, process 0 merges them in input order into
-``OUTPUT.tmp``, renames that onto ``OUTPUT``, renames the manifest to ``complete.json`` and
-removes the work directory, that record last: a run that finds it (a kill during the cleanup)
-does no work.
+``manifest.json`` (what the job is: scorer config, data fingerprint, row count, and the chunk size
+it started with) and one append-only ``rank-00000.jsonl`` per process. The rows are cut into
+chunks once, when the job starts; each run splits the chunks still to do into contiguous runs,
+one per process, so a job may resume with any number of processes and any batch size (neither
+changes a score). A process appends a chunk's lines and fsyncs them before starting the next
+chunk; after a kill, a torn chunk at the end of a part is dropped and scored again. When every
+chunk is done, process 0 merges them in input order into ``OUTPUT.tmp``, renames that onto
+``OUTPUT``, renames the manifest to ``complete.json`` and removes the work directory, that record
+last: a run that finds it (a kill during the cleanup) does no work.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 from accelerate import PartialState
-from accelerate.utils import broadcast_object_list, gather_object
+from accelerate.utils import broadcast_object_list
 from datasets import Dataset
 from tqdm.auto import tqdm
 
@@ -53,7 +53,7 @@ POLL_SECONDS = 0.5
 
 
 class JobConflictError(ValueError):
-    """Partial results on disk belong to a different job (another config, data or process count),
+    """Partial results on disk belong to a different job (another config or other data),
     or another job is writing the same output."""
 
 
@@ -166,8 +166,9 @@ def run_scoring_job(
     order, NaN as ``null``), sharded over the processes of ``accelerate launch`` and resumable.
 
     Rerunning an interrupted job with the same arguments continues where it stopped and gives the
-    same file as an uninterrupted run. Partial results of a different job (another scorer config,
-    other data, another process count) raise a ``JobConflictError`` unless ``overwrite`` is set.
+    same file as an uninterrupted run, whatever the number of processes or the batch size of the
+    rerun. Partial results of a different job (another scorer config or other data) raise a
+    ``JobConflictError`` unless ``overwrite`` is set.
     ``data_fingerprint`` identifies the data (default: ``dataset._fingerprint``); the command line
     passes a hash of the input file. Every row is checked with ``scorer.check_rows`` before any is
     scored. The output file appears only once complete. Every process returns the same summary.
@@ -188,28 +189,28 @@ def run_scoring_job(
     work_dir = work_dir_for(output_path)
     num_rows = len(dataset)
     chunk_size = int(scorer.config.get("batch_size") or DEFAULT_CHUNK_SIZE)
-    shard = shard_range(num_rows, chunk_size, state.process_index, state.num_processes)
 
     for start in range(0, num_rows, CHECK_CHUNK_SIZE):
         scorer.check_rows(_rows(dataset, start, min(start + CHECK_CHUNK_SIZE, num_rows)), start)
     scorer.prepare()  # a model that fails to load leaves no work directory behind
 
+    # Batch size and process count are not part of the job: scores do not depend on them.
     manifest = {
-        "scorer": scorer.fingerprint(),
+        "scorer": {key: value for key, value in scorer.fingerprint().items() if key != "batch_size"},
         "data": data_fingerprint or dataset._fingerprint,
         "rows": num_rows,
         "chunk_size": chunk_size,
-        "processes": state.num_processes,
     }
     with _job_lock(work_dir, state):
-        return _run_locked(dataset, scorer, output_path, _jsonable(manifest), overwrite, progress, shard, started)
+        return _run_locked(dataset, scorer, output_path, _jsonable(manifest), overwrite, progress, started)
 
 
 def _run_locked(dataset: Dataset, scorer: RowScorer, output_path: Path, manifest: dict[str, Any], overwrite: bool,
-                progress: bool, shard: range, started: float) -> JobSummary:
+                progress: bool, started: float) -> JobSummary:
     state = PartialState()
-    work_dir, num_rows, chunk_size = work_dir_for(output_path), manifest["rows"], manifest["chunk_size"]
-    if _open_work_dir(work_dir, output_path, manifest, overwrite, state) == "complete":
+    work_dir, num_rows = work_dir_for(output_path), manifest["rows"]
+    decision, chunk_size = _open_work_dir(work_dir, output_path, manifest, overwrite, state)
+    if decision == "complete":
         valid = None
         if state.is_main_process:
             logger.info("%s is already this job's complete output; finishing its cleanup.", output_path)
@@ -219,30 +220,35 @@ def _run_locked(dataset: Dataset, scorer: RowScorer, output_path: Path, manifest
         [valid] = broadcast_object_list([valid]) if state.num_processes > 1 else [valid]
         return JobSummary(num_rows, valid, time.perf_counter() - started, 0)
 
-    part = work_dir / f"rank-{state.process_index:05d}.jsonl"
-    done = _resume_part(part, shard, chunk_size)
-    already = sum(gather_object([done])) if state.num_processes > 1 else done
+    # Process 0 cuts every part back to its complete chunks and says which chunks are left.
+    todo = _recover(work_dir, num_rows, chunk_size) if state.is_main_process else None
+    [todo] = broadcast_object_list([todo]) if state.num_processes > 1 else [todo]
+    already = num_rows - sum(len(_chunk_rows(chunk, num_rows, chunk_size)) for chunk in todo)
     if already and state.is_main_process:
         logger.info("resuming: %d of %d rows already scored", already, num_rows)
+    state.wait_for_everyone()
 
-    bar = tqdm(total=len(shard), initial=done, unit="row", disable=not (progress and state.is_main_process),
+    mine = [todo[i] for i in shard_range(len(todo), 1, state.process_index, state.num_processes)]
+    part = work_dir / f"rank-{state.process_index:05d}.jsonl"
+    bar = tqdm(total=sum(len(_chunk_rows(chunk, num_rows, chunk_size)) for chunk in mine), unit="row",
+               disable=not (progress and state.is_main_process),
                desc="Scoring" if state.num_processes == 1 else f"Scoring (process 0 of {state.num_processes})")
     with open(part, "ab") as handle, bar:
-        for start in range(shard.start + done, shard.stop, chunk_size):
-            stop = min(start + chunk_size, shard.stop)
-            rows = _rows(dataset, start, stop)
-            scores = score_chunk(scorer, rows, start)
+        for chunk in mine:
+            span = _chunk_rows(chunk, num_rows, chunk_size)
+            rows = _rows(dataset, span.start, span.stop)
+            scores = score_chunk(scorer, rows, span.start)
             handle.write(b"".join(_part_line(i, row.get("id", ""), score)
-                                  for i, (row, score) in enumerate(zip(rows, scores, strict=True), start)))
+                                  for i, (row, score) in enumerate(zip(rows, scores, strict=True), span.start)))
             handle.flush()
             os.fsync(handle.fileno())
-            bar.update(stop - start)
+            bar.update(len(span))
     (work_dir / f"rank-{state.process_index:05d}.done").touch()
 
     _wait_for_parts(work_dir, state.num_processes)
     valid = None
     if state.is_main_process:
-        valid = _merge(work_dir, output_path, num_rows, chunk_size, state.num_processes)
+        valid = _merge(work_dir, output_path, num_rows, chunk_size)
     [valid] = broadcast_object_list([valid]) if state.num_processes > 1 else [valid]
     return JobSummary(num_rows, valid, time.perf_counter() - started, num_rows - already)
 
@@ -333,15 +339,16 @@ def _job_lock(work_dir: Path, state: PartialState) -> Iterator[None]:
 
 
 def _open_work_dir(work_dir: Path, output_path: Path, manifest: dict[str, Any], overwrite: bool,
-                   state: PartialState) -> str:
+                   state: PartialState) -> tuple[str, int]:
     """Process 0 decides between starting afresh, resuming, finding the job complete and refusing;
-    every process follows. Returns ``"fresh"``, ``"resume"`` or ``"complete"``."""
+    every process follows. Returns ``"fresh"``, ``"resume"`` or ``"complete"``, and the chunk size
+    in force: the one the job started with, whatever the batch size of this run."""
     decision = _decide(work_dir, output_path, manifest, overwrite) if state.is_main_process else None
     if state.num_processes > 1:
         [decision] = broadcast_object_list([decision])
-    if decision not in ("fresh", "resume", "complete"):
+    if not isinstance(decision, tuple):
         raise JobConflictError(decision)
-    if decision == "fresh" and state.is_main_process:
+    if decision[0] == "fresh" and state.is_main_process:
         for entry in work_dir.iterdir():
             if entry.name != LOCK:
                 shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
@@ -350,35 +357,33 @@ def _open_work_dir(work_dir: Path, output_path: Path, manifest: dict[str, Any], 
     return decision
 
 
-def _decide(work_dir: Path, output_path: Path, manifest: dict[str, Any], overwrite: bool) -> str:
-    """``"fresh"``, ``"resume"``, ``"complete"`` (a kill interrupted the cleanup after the output was
-    in place), or the message refusing to mix with another job's results."""
+def _same_job(old: Mapping[str, Any], manifest: Mapping[str, Any]) -> bool:
+    return all(old.get(key) == manifest[key] for key in ("scorer", "data", "rows"))
+
+
+def _decide(work_dir: Path, output_path: Path, manifest: dict[str, Any], overwrite: bool) -> tuple[str, int] | str:
+    """``("fresh" | "resume" | "complete", chunk size)`` (complete: a kill interrupted the cleanup after
+    the output was in place), or the message refusing to mix with another job's results."""
     try:
-        if json.loads((work_dir / COMPLETE).read_text(encoding="utf-8")) == manifest and output_path.is_file():
-            return "complete"
-    except (OSError, ValueError):
+        old = json.loads((work_dir / COMPLETE).read_text(encoding="utf-8"))
+        if _same_job(old, manifest) and output_path.is_file():
+            return "complete", old["chunk_size"]
+    except (OSError, ValueError, KeyError):
         pass
     try:
         old = json.loads((work_dir / MANIFEST).read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return "fresh"  # no job yet, or one killed before its manifest was written (so before any score)
-    if old == manifest:
-        return "resume"
+        return "fresh", manifest["chunk_size"]  # no job yet, or one killed before its manifest was written
+    if _same_job(old, manifest) and isinstance(old.get("chunk_size"), int):
+        return "resume", old["chunk_size"]
     if overwrite:
         logger.info("overwrite: discarding the partial results in %s", work_dir)
-        return "fresh"
+        return "fresh", manifest["chunk_size"]
     reasons = []
     if old.get("scorer") != manifest["scorer"]:
         reasons.append(f"the scorer config changed (was {old.get('scorer')}, now {manifest['scorer']})")
     if old.get("data") != manifest["data"] or old.get("rows") != manifest["rows"]:
         reasons.append(f"the input data changed ({old.get('rows')} rows before, {manifest['rows']} now)")
-    if old.get("chunk_size") != manifest["chunk_size"] and old.get("scorer") == manifest["scorer"]:
-        reasons.append(f"the batch size changed ({old.get('chunk_size')} before, {manifest['chunk_size']} now)")
-    if old.get("processes") != manifest["processes"]:
-        reasons.append(
-            f"it ran on {old.get('processes')} processes, this run has {manifest['processes']} "
-            f"(resume with --num_processes {old.get('processes')})"
-        )
     return (
         f"{work_dir} holds partial results of a different job: {'; '.join(reasons) or 'its manifest differs'}. "
         "Rerun the original job to resume it, or pass --overwrite to discard those results and start again."
@@ -394,37 +399,50 @@ def _write_atomically(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def _valid_records(path: Path, shard: range) -> Iterator[tuple[dict[str, Any], int]]:
-    """The part's records in order with the byte offset where each ends, up to the first torn line."""
-    if not path.exists():
-        return
-    offset = 0
+def _chunk_rows(chunk: int, num_rows: int, chunk_size: int) -> range:
+    return range(chunk * chunk_size, min((chunk + 1) * chunk_size, num_rows))
+
+
+def _part_chunks(path: Path, num_rows: int, chunk_size: int) -> tuple[dict[int, list[dict[str, Any]]], int]:
+    """The complete chunks a part file holds (a process writes whole chunks, in any order), and the
+    byte offset where the last of them ends: anything after it is a torn write."""
+    chunks: dict[int, list[dict[str, Any]]] = {}
+    block: list[dict[str, Any]] = []
+    offset = keep = 0
     with open(path, "rb") as handle:
-        for expected, line in zip(shard, handle, strict=False):  # lines past the shard are not its own
-            if not line.endswith(b"\n"):
-                return
+        for line in handle:
             try:
-                record = json.loads(line)
+                record = json.loads(line) if line.endswith(b"\n") else None
             except ValueError:
-                return
-            if not isinstance(record, dict) or record.get("i") != expected or "score" not in record:
-                return
+                record = None
+            if not isinstance(record, dict) or "score" not in record or not isinstance(record.get("i"), int):
+                break
+            index = record["i"]
+            expected = block[-1]["i"] + 1 if block else index - index % chunk_size
+            if index != expected or not 0 <= index < num_rows:
+                break
+            block.append(record)
             offset += len(line)
-            yield record, offset
+            chunk = index // chunk_size
+            if index + 1 == _chunk_rows(chunk, num_rows, chunk_size).stop:
+                chunks[chunk], block, keep = block, [], offset
+    return chunks, keep
 
 
-def _resume_part(part: Path, shard: range, chunk_size: int) -> int:
-    """Cut the part back to its last complete chunk; return how many of the shard's rows it holds."""
-    count, keep = 0, 0
-    for count, (_, end) in enumerate(_valid_records(part, shard), 1):
-        if count % chunk_size == 0 or count == len(shard):
-            keep = end
-    count = count if count == len(shard) else count - count % chunk_size
-    if part.exists() and part.stat().st_size != keep:
-        with open(part, "r+b") as handle:
-            handle.truncate(keep)
-            os.fsync(handle.fileno())
-    return count
+def _recover(work_dir: Path, num_rows: int, chunk_size: int) -> list[int]:
+    """Cut every part back to its complete chunks, drop the last run's done markers, and return the
+    chunks no part holds."""
+    done: set[int] = set()
+    for part in sorted(work_dir.glob("rank-*.jsonl")):
+        chunks, keep = _part_chunks(part, num_rows, chunk_size)
+        done.update(chunks)
+        if part.stat().st_size != keep:
+            with open(part, "r+b") as handle:
+                handle.truncate(keep)
+                os.fsync(handle.fileno())
+    for marker in work_dir.glob("rank-*.done"):
+        marker.unlink()
+    return [chunk for chunk in range(math.ceil(num_rows / chunk_size)) if chunk not in done]
 
 
 def _wait_for_parts(work_dir: Path, world_size: int) -> None:
@@ -435,21 +453,23 @@ def _wait_for_parts(work_dir: Path, world_size: int) -> None:
     PartialState().wait_for_everyone()
 
 
-def _merge(work_dir: Path, output_path: Path, num_rows: int, chunk_size: int, world_size: int) -> int:
-    """Write every part, in input order, to ``OUTPUT.tmp``, rename it onto ``OUTPUT``; return the valid count."""
+def _merge(work_dir: Path, output_path: Path, num_rows: int, chunk_size: int) -> int:
+    """Write every chunk of every part, in input order, to ``OUTPUT.tmp``, rename it onto ``OUTPUT``;
+    return the valid count."""
+    chunks: dict[int, list[dict[str, Any]]] = {}
+    for part in sorted(work_dir.glob("rank-*.jsonl")):
+        chunks.update(_part_chunks(part, num_rows, chunk_size)[0])
+    if missing := [chunk for chunk in range(math.ceil(num_rows / chunk_size)) if chunk not in chunks]:
+        raise RuntimeError(f"The parts in {work_dir} lack {len(missing)} chunk(s), the first at row "
+                           f"{missing[0] * chunk_size}.")
     output_path.parent.mkdir(parents=True, exist_ok=True)
     tmp = output_path.with_name(output_path.name + ".tmp")
     valid = 0
     with open(tmp, "w", encoding="utf-8") as out:
-        for rank in range(world_size):
-            shard = shard_range(num_rows, chunk_size, rank, world_size)
-            count = 0
-            for record, _ in _valid_records(work_dir / f"rank-{rank:05d}.jsonl", shard):
+        for chunk in sorted(chunks):
+            for record in chunks[chunk]:
                 out.write(json.dumps({"id": record["id"], "score": record["score"]}, ensure_ascii=False) + "\n")
                 valid += record["score"] is not None
-                count += 1
-            if count != len(shard):
-                raise RuntimeError(f"The part of process {rank} in {work_dir} holds {count} of its {len(shard)} rows.")
         out.flush()
         os.fsync(out.fileno())
     os.replace(tmp, output_path)

@@ -142,24 +142,47 @@ def test_interrupted_job_resumes_without_rescoring_and_drops_a_torn_tail(tmp_pat
     assert (summary.rows, summary.scored) == (40, 28)
 
 
-@pytest.mark.parametrize("change", ["config", "data", "batch_size"])
+@pytest.mark.parametrize("change", ["config", "data"])
 def test_partial_results_of_a_different_job_are_refused_unless_overwrite(tmp_path, change):
     rows, output = make_rows(20), tmp_path / "out.jsonl"
     with pytest.raises(KeyboardInterrupt):
         run_scoring_job(Dataset.from_list(rows), CrashAfter(rows=8, batch_size=4), output)
     scorer = LengthRatioScorer(batch_size=4, delay=0.001 if change == "config" else 0.0)
-    if change == "batch_size":
-        scorer = LengthRatioScorer(batch_size=5)
     if change == "data":
         rows[15]["output"] = "changed"
-    expected = {"config": "the scorer config changed", "data": "the input data changed",
-                "batch_size": "the scorer config changed"}[change]
+    expected = {"config": "the scorer config changed", "data": "the input data changed"}[change]
     with pytest.raises(JobConflictError, match=f"{expected}.*--overwrite"):
         run_scoring_job(Dataset.from_list(rows), scorer, output)
     assert scorer.scored_rows == []
 
     run_scoring_job(Dataset.from_list(rows), scorer, output, overwrite=True)
     assert scorer.scored_rows == [row["id"] for row in rows]
+    assert read_jsonl(output) == expected_lines(rows)
+
+
+@pytest.mark.parametrize("batch_size", [3, 4, 7])
+def test_a_job_resumes_with_another_batch_size_on_the_chunks_it_started_with(tmp_path, batch_size, caplog):
+    rows, output = make_rows(30), tmp_path / "out.jsonl"
+    with pytest.raises(KeyboardInterrupt):
+        run_scoring_job(Dataset.from_list(rows), CrashAfter(rows=8, batch_size=4), output)
+    scorer = LengthRatioScorer(batch_size=batch_size)
+    with caplog.at_level(logging.INFO, logger="hf_adapters.jobs"):
+        summary = run_scoring_job(Dataset.from_list(rows), scorer, output)
+    assert "resuming: 8 of 30 rows already scored" in caplog.messages
+    assert scorer.scored_rows == [row["id"] for row in rows[8:]] and summary.scored == 22
+    assert read_jsonl(output) == expected_lines(rows)
+
+
+def test_a_job_resumes_on_fewer_processes_than_it_started_with(tmp_path):
+    rows, output = make_rows(30), tmp_path / "out.jsonl"
+    with pytest.raises(KeyboardInterrupt):
+        run_scoring_job(Dataset.from_list(rows), CrashAfter(rows=12, batch_size=4), output)
+    work_dir = work_dir_for(output)
+    # As if process 3 of a 4-process run had scored these chunks before the job was stopped.
+    (work_dir / "rank-00000.jsonl").rename(work_dir / "rank-00003.jsonl")
+    scorer = LengthRatioScorer(batch_size=4)
+    summary = run_scoring_job(Dataset.from_list(rows), scorer, output)
+    assert scorer.scored_rows == [row["id"] for row in rows[12:]] and summary.scored == 18
     assert read_jsonl(output) == expected_lines(rows)
 
 
