@@ -225,8 +225,8 @@ def score_continuations(
 
     An empty context is replaced by the start token (BOS, else EOS), so the first continuation
     token is always scored. Sequences longer than ``max_length`` (capped at, and by default, the
-    model's position limit) are right-truncated, keeping the context; an item left with no scored token gets NaN
-    and a warning.
+    model's position limit) are right-truncated, keeping the context; an item left with no scored
+    token gets NaN and a warning.
 
     Batches hold at most ``batch_size`` items and ``max_batch_tokens`` padded tokens; an item
     joins a batch only if padding it adds at most ``max_padding`` of the batch's length (1.0: any

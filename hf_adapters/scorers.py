@@ -45,6 +45,8 @@ class RowScorer:
     name: ClassVar[str]
     options: ClassVar[dict[str, Any]] = {}
     required_fields: ClassVar[tuple[str, ...]] = ()
+    #: Row fields that must hold a string where present (checked with the required fields).
+    text_fields: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, **config: Any):
         unknown = sorted(set(config) - set(self.options))
@@ -57,9 +59,6 @@ class RowScorer:
     def fingerprint(self) -> dict[str, Any]:
         """What identifies this scorer's results: its name and full configuration."""
         return {"name": self.name, **self.config}
-
-    #: Row fields that must hold a string where present (checked with the required fields).
-    text_fields: ClassVar[tuple[str, ...]] = ()
 
     def check_rows(self, rows: Sequence[Mapping[str, Any]], offset: int = 0) -> None:
         """Raise a ValueError naming (by its index in the data, ``offset`` + position, and its id) the
@@ -116,12 +115,9 @@ def _check_dtype(scorer: RowScorer) -> None:
         raise ConfigError(f"{scorer.name}: {error}") from None
 
 
-class InstructionRowScorer(RowScorer):
-    """Base of scorers of instruction rows: ``instruction`` and ``output`` required, ``input``
-    optional (missing or None: empty); the model ``config["model"]`` is loaded on first use."""
-
-    required_fields = ("instruction", "output")
-    text_fields = ("instruction", "input", "output")
+class ModelRowScorer(RowScorer):
+    """Base of scorers that run a model: ``model``, ``max_length``, ``batch_size`` and ``dtype`` are
+    checked when the config is built; the model ``config["model"]`` is loaded on first use."""
 
     def __init__(self, **config: Any):
         super().__init__(**config)
@@ -130,18 +126,26 @@ class InstructionRowScorer(RowScorer):
         _check_lengths(self)
         _check_dtype(self)
 
-    def columns(self, rows: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[str], list[str]]:
-        """The rows' instructions, inputs and outputs; a ValueError names a row with a missing or non-string field."""
-        self.check_rows(rows)
-        return ([row["instruction"] for row in rows], [row.get("input") or "" for row in rows],
-                [row["output"] for row in rows])
-
     def load(self):
         """The model and tokenizer named by ``config["model"]``, loaded once per process."""
         return models.load_model(self.config["model"], dtype=self.config["dtype"])
 
     def prepare(self) -> None:
         self.load()
+
+
+class InstructionRowScorer(ModelRowScorer):
+    """Base of scorers of instruction rows: ``instruction`` and ``output`` required, ``input``
+    optional (missing or None: empty)."""
+
+    required_fields = ("instruction", "output")
+    text_fields = ("instruction", "input", "output")
+
+    def columns(self, rows: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[str], list[str]]:
+        """The rows' instructions, inputs and outputs; a ValueError names a row with a missing or non-string field."""
+        self.check_rows(rows)
+        return ([row["instruction"] for row in rows], [row.get("input") or "" for row in rows],
+                [row["output"] for row in rows])
 
 
 @register_scorer
@@ -231,7 +235,7 @@ class IFEvalScorer(RowScorer):
 
 
 @register_scorer
-class InformationParityScorer(RowScorer):
+class InformationParityScorer(ModelRowScorer):
     """Row score NLL(``reference_field``) / NLL(``text_field``) for ``python -m hf_adapters score``.
 
     Example config::
@@ -256,13 +260,8 @@ class InformationParityScorer(RowScorer):
 
     def __init__(self, **config: Any):
         super().__init__(**config)
-        _check_lengths(self)
-        _check_dtype(self)
         self.required_fields = (self.config["text_field"], self.config["reference_field"])
         self.text_fields = self.required_fields
-
-    def prepare(self) -> None:
-        models.load_model(self.config["model"], dtype=self.config["dtype"])
 
     def score_rows(self, rows: Sequence[Mapping[str, Any]]) -> list[float]:
         self.check_rows(rows)
