@@ -37,7 +37,7 @@ def read_rows(path: str | Path) -> Dataset:
                 f"Cannot read {str(path)!r}: unknown file type {path.suffix!r}; use one of {sorted(LOADERS)} "
                 "or a directory written by Dataset.save_to_disk."
             )
-        if not path.read_bytes().strip():
+        if _is_blank(path):
             raise ValueError(f"Cannot read {str(path)!r}: the file is empty.")
         options = {"keep_default_na": False} if loader == "csv" else {}
         try:
@@ -45,6 +45,15 @@ def read_rows(path: str | Path) -> Dataset:
         except Exception as error:  # datasets wraps parse errors in several types
             raise ValueError(f"Cannot read {str(path)!r} as {loader}: {_reason(path, loader, error)}") from error
     return _with_ids(dataset.with_format(None))
+
+
+def _is_blank(path: Path) -> bool:
+    """Whether the file holds nothing but white space (read only up to its first other byte)."""
+    with open(path, "rb") as handle:
+        while block := handle.read(1 << 16):
+            if block.strip():
+                return False
+    return True
 
 
 def _reason(path: Path, loader: str, error: Exception) -> str:
