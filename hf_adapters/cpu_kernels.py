@@ -26,6 +26,7 @@ import time
 import warnings
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -210,7 +211,7 @@ def cpu_linear_kernel(model: torch.nn.Module) -> contextlib.AbstractContextManag
 def cpu_flags() -> set[str]:
     """The processor's feature flags as Linux lists them (``flags`` on x86, ``Features`` on Arm)."""
     try:
-        text = open("/proc/cpuinfo", encoding="utf-8").read()
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8")
     except OSError:
         return set()
     for line in text.splitlines():
