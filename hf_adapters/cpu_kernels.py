@@ -2,9 +2,10 @@
 bfloat16 is worth using on this processor.
 
 PyTorch's x86 builds send float32 matrix products to MKL; oneDNN, bundled with the same builds,
-does its own dispatch. Which is faster depends on the processor: on an AMD EPYC with AVX-512
-(Zen 4) oneDNN ran a 2048 x 2048 product at about 420 GFLOP/s against MKL's 190; on a Zen 3
-(AVX2 only) MKL ran it at 54 and oneDNN at 46. So the first time a model is scored in a process,
+does its own dispatch. Which is faster depends on the processor: ``make bench`` measured a
+2048 x 2048 product at about 420 GFLOP/s through oneDNN against MKL's 190 on a 2-core AMD EPYC
+with AVX-512 (Zen 4), and 137 against 131 on one with AVX2 only (Zen 3); a Zen 3 machine has also
+been seen where MKL was the faster. So the first time a model is scored in a process,
 both run the model's own linear-layer shapes for a fraction of a second and the faster one is
 used from then on. Both compute in float32 and differ only in the order of the sums, as
 different batch shapes already make them differ. ``HF_ADAPTERS_CPU_LINEAR=auto|onednn|default``
