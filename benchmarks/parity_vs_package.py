@@ -24,7 +24,7 @@ from hf_adapters.data_io import read_jsonl
 from hf_adapters.likelihood import score_continuations
 from hf_adapters.models import DEFAULT_MODEL_ID, load_model
 from hf_adapters.parallel import evaluate_parallel, group_by_language
-from hf_adapters.perplexity import text_items
+from hf_adapters.texts import text_items
 
 
 def parallel_pairs(grouped: dict, reference: str) -> dict[str, list[tuple[str, str]]]:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import csv
 import hashlib
+import io
 import json
 from pathlib import Path
 from typing import Any
@@ -116,14 +118,50 @@ def data_fingerprint(path: str | Path) -> str:
     return digest.hexdigest()
 
 
+def parse_jsonl(text: str, source: str | None = None) -> list[dict[str, Any]]:
+    """The JSON objects of the non-blank lines of ``text``; errors name the line (and ``source``)."""
+    rows = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"{source}:{number}: " if source else ""
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{where}Line {number} is not valid JSON ({error.msg}): {line[:80]!r}") from None
+        if not isinstance(row, dict):
+            raise ValueError(f"{where}Line {number} is JSON but not an object: {line[:80]!r}")
+        rows.append(row)
+    return rows
+
+
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     """The rows of a JSONL file (blank lines skipped); errors name the line."""
-    rows = []
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as error:
-                    raise ValueError(f"{path}:{number}: not valid JSON ({error.msg}).") from None
-    return rows
+    return parse_jsonl(Path(path).read_text(encoding="utf-8"), str(path))
+
+
+def read_records(path: str | Path) -> list[dict[str, Any]]:
+    """The rows of a small ``.jsonl``, ``.json`` (lines, or a list of objects) or ``.csv`` file as
+    plain dicts, each as written: CSV cells stay strings, a row's missing fields stay missing (no
+    Arrow schema is imposed). For uploads to the Space; :func:`read_rows` reads data sets of any size."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError:
+        raise ValueError(f"{path.name} is not UTF-8 text.") from None
+    if path.suffix.lower() == ".csv":
+        rows = []
+        for row in csv.DictReader(io.StringIO(text)):
+            if None in row:
+                raise ValueError(f"{path.name}: CSV line {len(rows) + 2} has more cells than the header.")
+            rows.append(row)
+        return rows
+    if path.suffix.lower() == ".json" and text.lstrip().startswith("["):
+        try:
+            rows = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{path.name} is not valid JSON ({error.msg}).") from None
+        if not all(isinstance(row, dict) for row in rows):
+            raise ValueError(f"{path.name} must be a JSON list of objects.")
+        return rows
+    return parse_jsonl(text)

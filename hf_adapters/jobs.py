@@ -22,7 +22,6 @@ import logging
 import math
 import os
 import shutil
-import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -35,8 +34,10 @@ from accelerate.utils import broadcast_object_list
 from datasets import Dataset
 from tqdm.auto import tqdm
 
+from .columns import add_score_columns
 from .options import DEFAULT_BATCH_SIZE
 from .scorers import RowScorer, build_scorer
+from .scorers.base import row_name
 
 logger = logging.getLogger(__name__)
 
@@ -134,7 +135,7 @@ def score_chunk(scorer: RowScorer, rows: Sequence[Mapping[str, Any]], offset: in
             raise
         if len(rows) == 1:
             raise RuntimeError(
-                f"Row {offset} (id={rows[0].get('id', '')!r}) runs out of memory even alone; "
+                f"{row_name(rows[0], offset)} runs out of memory even alone; "
                 "lower the scorer's max_length or use a device with more memory."
             ) from error
         message = str(error).splitlines()[0] if str(error) else type(error).__name__
@@ -197,6 +198,7 @@ def run_scoring_job(
     # Batch size and process count are not part of the job: scores do not depend on them.
     manifest = {
         "scorer": {key: value for key, value in scorer.fingerprint().items() if key != "batch_size"},
+        "model": scorer.model_identity(),
         "data": data_fingerprint or dataset._fingerprint,
         "rows": num_rows,
         "chunk_size": chunk_size,
@@ -262,12 +264,13 @@ def score_dataset(
     overwrite: bool = False,
     progress: bool = True,
 ) -> Dataset:
-    """Return ``dataset`` with a ``column`` of scores (NaN where a row has none).
+    """Return ``dataset`` with a ``column`` of scores (the scorer's first output; NaN where a row has none).
 
-    ``scorer`` is a ``RowScorer`` or a config dict such as ``{"name": "PPLScorer"}``. With
-    ``output_path`` the work goes through ``run_scoring_job`` (resumable, sharded over the processes
-    of ``accelerate launch``; point it at storage every process sees) and the scores also stay in
-    that JSONL file; without it the job runs in a temporary directory, in one process.
+    ``scorer`` is a ``RowScorer`` or a config dict such as ``{"name": "PPLScorer"}``. Without
+    ``output_path`` the rows are scored in this process through ``Dataset.map``
+    (:func:`hf_adapters.columns.add_score_columns`). With it the work goes through
+    :func:`run_scoring_job` (resumable, sharded over the processes of ``accelerate launch``; point it
+    at storage every process sees) and the scores also stay in that JSONL file.
 
     Example:
         >>> from datasets import Dataset
@@ -278,20 +281,17 @@ def score_dataset(
     """
     if not isinstance(scorer, RowScorer):
         scorer = build_scorer(scorer)
-    if "id" not in dataset.column_names:
-        work_data = dataset.add_column("id", [""] * len(dataset))
-    else:
-        work_data = dataset
+    # Scorers see rows as the command line gives them: with an ``id`` ("" when the data has none).
+    work_data = dataset if "id" in dataset.column_names else dataset.add_column("id", [""] * len(dataset))
     if output_path is None:
         if PartialState().num_processes > 1:
             raise ValueError("Pass `output_path` (on storage every process sees) when running on several processes.")
-        with tempfile.TemporaryDirectory() as tmp:
-            return score_dataset(dataset, scorer, column=column, output_path=Path(tmp) / "scores.jsonl",
-                                 progress=progress)
-    run_scoring_job(work_data, scorer, output_path, overwrite=overwrite, progress=progress)
-    with open(output_path, encoding="utf-8") as handle:
-        scores = [json.loads(line)["score"] for line in handle]
-    return dataset.add_column(column, [math.nan if score is None else score for score in scores])
+        scores = add_score_columns(work_data, scorer, names={scorer.outputs[0]: column})[column]
+    else:
+        run_scoring_job(work_data, scorer, output_path, overwrite=overwrite, progress=progress)
+        with open(output_path, encoding="utf-8") as handle:
+            scores = [json.loads(line)["score"] for line in handle]
+    return dataset.add_column(column, [math.nan if score is None else float(score) for score in scores])
 
 
 def _rows(dataset: Dataset, start: int, stop: int) -> list[dict[str, Any]]:
@@ -358,7 +358,7 @@ def _open_work_dir(work_dir: Path, output_path: Path, manifest: dict[str, Any], 
 
 
 def _same_job(old: Mapping[str, Any], manifest: Mapping[str, Any]) -> bool:
-    return all(old.get(key) == manifest[key] for key in ("scorer", "data", "rows"))
+    return all(old.get(key) == manifest[key] for key in ("scorer", "model", "data", "rows"))
 
 
 def _decide(work_dir: Path, output_path: Path, manifest: dict[str, Any], overwrite: bool) -> tuple[str, int] | str:
@@ -382,6 +382,8 @@ def _decide(work_dir: Path, output_path: Path, manifest: dict[str, Any], overwri
     reasons = []
     if old.get("scorer") != manifest["scorer"]:
         reasons.append(f"the scorer config changed (was {old.get('scorer')}, now {manifest['scorer']})")
+    if old.get("model") != manifest["model"]:
+        reasons.append("the model changed (its weight files, or the dtype or device type it scores in)")
     if old.get("data") != manifest["data"] or old.get("rows") != manifest["rows"]:
         reasons.append(f"the input data changed ({old.get('rows')} rows before, {manifest['rows']} now)")
     return (

@@ -1,18 +1,20 @@
 """Find, load and cache causal language models and their tokenizers.
 
-A model is loaded once per process for each (model, dtype, device) and reused by every metric:
-evaluate copies metric scripts into its own module cache, so the cache lives here, in the
-installed package.
+A model is loaded once per process for each (model, dtype, device), again only when its local files
+change, and reused by every metric: evaluate copies metric scripts into its own module cache, so the
+cache lives here, in the installed package.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import logging
 import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
@@ -80,6 +82,101 @@ def candidate_sources(model_id: str) -> list[ModelSource]:
     if model_id == DEFAULT_MODEL_ID and (embedded := embedded_default_source()) is not None:
         candidates.append(embedded)
     return candidates
+
+
+#: Files besides the weights that change what a local model computes.
+IDENTITY_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json")
+_EDGE_BYTES = 1 << 20
+
+
+def _file_fingerprint(path: Path, name: str) -> dict[str, Any]:
+    """Size, mtime and a SHA-256 of the first and last MiB (the whole file below 2 MiB) of one file."""
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        stat = os.fstat(handle.fileno())
+        if stat.st_size <= 2 * _EDGE_BYTES:
+            digest.update(handle.read())
+        else:
+            digest.update(handle.read(_EDGE_BYTES))
+            handle.seek(-_EDGE_BYTES, os.SEEK_END)
+            digest.update(handle.read(_EDGE_BYTES))
+    return {"name": name, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "head_tail_sha256": digest.hexdigest()}
+
+
+def _local_files(source: ModelSource) -> list[dict[str, Any]] | None:
+    """Fingerprints of a local source's files, sorted by name; None for a hub id."""
+    folder = Path(source.path)
+    if not folder.is_dir():
+        return None
+    if source.gguf_file:
+        names = [source.gguf_file]
+    else:
+        weights = {path.name for pattern in ("*.safetensors", "*.gguf") for path in folder.glob(pattern)}
+        names = sorted(weights | {name for name in IDENTITY_FILES if (folder / name).is_file()})
+    return [_file_fingerprint(folder / name, name) for name in names]
+
+
+def _hub_revision(model_id: str) -> str | None:
+    """The commit of a hub model: asked of the hub when online (None on any failure), else the commit
+    that ``refs/main`` names in the local Hugging Face cache, if its snapshot is there."""
+    if not hub_is_offline():
+        try:
+            from huggingface_hub import HfApi
+
+            return HfApi().model_info(model_id, timeout=10).sha
+        except Exception:  # unreachable, unknown or gated: fall back to the cache
+            pass
+    try:
+        from huggingface_hub import constants
+        from huggingface_hub.file_download import repo_folder_name
+
+        repo = Path(constants.HF_HUB_CACHE) / repo_folder_name(repo_id=model_id, repo_type="model")
+        commit = (repo / "refs" / "main").read_text().strip()
+    except (OSError, ValueError):
+        return None
+    return commit if commit and (repo / "snapshots" / commit).is_dir() else None
+
+
+def model_identity(
+    model_id: str,
+    dtype: str | torch.dtype | None = None,
+    device: str | int | torch.device | None = None,
+) -> dict[str, Any]:
+    """What ``load_model(model_id, dtype, device)`` would score with, identified by content without
+    loading the model or hashing all of its weights: for a resumable job's manifest and a ``datasets``
+    cache fingerprint.
+
+    A local model (a folder, a ``.gguf`` file, or the embedded copy of the default model when the hub
+    has no commit for it) lists its weight files (``*.safetensors`` and ``*.gguf``, or only the GGUF
+    file it is loaded from) and ``config.json``, ``tokenizer.json``, ``tokenizer_config.json``, each
+    with its size, ``mtime_ns`` and a SHA-256 of its first and last MiB (of the whole file below 2 MiB).
+    So a job killed, whose weights are replaced at the same path (even by a file of the same size, or
+    only touched), does not resume as if nothing had changed; reading 2 MiB per file keeps it cheap
+    (a change confined to the middle of a large file with its mtime kept is not seen). A hub id
+    records its commit (``None`` when unknown); offline it is read from the local cache, never asked
+    of the network. The effective dtype and the device type are recorded too.
+
+    Returns ``{"model", "source", "files" | "revision", "dtype", "device_type"}``, JSON-serialisable,
+    e.g. ``{"model": "./tiny", "source": "tiny", "files": [{"name": "model.safetensors", "size": ...,
+    "mtime_ns": ..., "head_tail_sha256": "..."}, ...], "dtype": "float32", "device_type": "cpu"}``.
+    """
+    resolved_device = resolve_device(device)
+    resolved_dtype = resolve_dtype(dtype, resolved_device)
+    sources = candidate_sources(model_id)
+    if not sources:
+        raise ModelLoadError(f"Could not identify model {model_id!r}: offline, and no embedded copy is installed.")
+    identity: dict[str, Any] = {"model": model_id}
+    for index, source in enumerate(sources):
+        files = _local_files(source)
+        if files is not None:
+            identity.update(source=str(source), files=files)
+            break
+        revision = _hub_revision(source.path)
+        if revision is not None or index == len(sources) - 1:
+            identity.update(source=str(source), revision=revision)
+            break
+    identity.update(dtype=str(resolved_dtype).removeprefix("torch."), device_type=resolved_device.type)
+    return identity
 
 
 def default_device() -> torch.device:
@@ -152,6 +249,10 @@ _CACHE: dict[tuple, tuple[PreTrainedModel, PreTrainedTokenizerBase]] = {}
 _CACHE_LOCK = threading.Lock()
 
 
+def _freeze(files: list[dict[str, Any]]) -> tuple:
+    return tuple(tuple(sorted(record.items())) for record in files)
+
+
 def load_model(
     model_id: str = DEFAULT_MODEL_ID,
     dtype: str | torch.dtype | None = None,
@@ -159,6 +260,9 @@ def load_model(
     trust_remote_code: bool = False,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load a causal LM and its tokenizer once per process and return the cached pair.
+
+    A local model is loaded again when its files change (see ``model_identity``): the cache key holds
+    their sizes, mtimes and head/tail hashes, so weights replaced at the same path are not served stale.
 
     Example:
         >>> from hf_adapters import load_model
@@ -168,12 +272,17 @@ def load_model(
     """
     device = resolve_device(device)
     dtype = resolve_dtype(dtype, device)
-    key = (model_id, dtype, str(device), trust_remote_code)
+    sources = candidate_sources(model_id)
+    # Local files' fingerprints are part of the key: weights replaced at the same path load again.
+    files = tuple(_freeze(_local_files(source) or []) for source in sources)
+    key = (model_id, dtype, str(device), trust_remote_code, files)
     with _CACHE_LOCK:
         if key in _CACHE:
             return _CACHE[key]
+        for stale in [cached for cached in _CACHE if cached[:4] == key[:4]]:
+            del _CACHE[stale]
         failures = []
-        for source in candidate_sources(model_id):
+        for source in sources:
             try:
                 model, tokenizer = _load_from(source, dtype, trust_remote_code, attention_implementation(device, dtype))
             except (OSError, ValueError, ImportError, RuntimeError) as error:
@@ -188,10 +297,11 @@ def load_model(
     raise ModelLoadError(f"Could not load model {model_id!r}. Tried:\n{tried}")
 
 
-def clear_model_cache() -> None:
-    """Forget every cached model (frees memory; the next call loads again)."""
+def clear_model_cache(model_id: str | None = None) -> None:
+    """Forget every cached model, or every cached copy of ``model_id`` (frees memory; the next call loads again)."""
     with _CACHE_LOCK:
-        _CACHE.clear()
+        for key in [key for key in _CACHE if model_id is None or key[0] == model_id]:
+            del _CACHE[key]
 
 
 def model_and_tokenizer(

@@ -21,7 +21,7 @@ from .data_io import read_jsonl
 from .models import DEFAULT_MODEL_ID, model_and_tokenizer
 from .options import DEFAULT_BATCH_SIZE
 from .parity import score_texts, summarize_information_parity
-from .perplexity import check_texts
+from .texts import check_texts
 
 logger = logging.getLogger(__name__)
 

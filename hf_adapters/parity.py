@@ -20,7 +20,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from .likelihood import ContinuationScore, score_continuations
 from .models import DEFAULT_MODEL_ID, model_and_tokenizer
 from .options import DEFAULT_BATCH_SIZE, check_lengths
-from .perplexity import check_texts, text_items
+from .texts import check_texts, text_items
 
 logger = logging.getLogger(__name__)
 
@@ -144,7 +144,21 @@ def compute_information_parity(
     check_pairs(predictions, references)
     check_lengths(max_length, batch_size)
     model, tokenizer = model_and_tokenizer(model_id, model, tokenizer, dtype, device)
-    scores = score_texts(
-        model, tokenizer, [*predictions, *references], max_length=max_length, batch_size=batch_size, progress=progress
-    )
+    return score_information_parity(model, tokenizer, predictions, references, max_length=max_length,
+                                    batch_size=batch_size, progress=progress)
+
+
+def score_information_parity(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    predictions: Sequence[str],
+    references: Sequence[str],
+    *,
+    max_length: int | None = None,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    progress: bool | None = None,
+) -> dict[str, Any]:
+    """Information Parity of checked pairs with a loaded model: the body of :func:`compute_information_parity`."""
+    scores = score_texts(model, tokenizer, [*predictions, *references], max_length=max_length,
+                         batch_size=batch_size, progress=progress)
     return summarize_information_parity(predictions, references, scores)

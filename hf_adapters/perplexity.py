@@ -13,40 +13,9 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from .likelihood import ContinuationScore, score_continuations
 from .models import DEFAULT_MODEL_ID, model_and_tokenizer
 from .options import DEFAULT_BATCH_SIZE, check_lengths
+from .texts import check_texts, text_items
 
 logger = logging.getLogger(__name__)
-
-
-def check_texts(texts: Sequence, name: str = "predictions") -> None:
-    """Raise a TypeError naming ``texts`` if it is missing or a single string, or the first row that
-    is not a string; a ValueError naming a row that is not valid Unicode (a lone surrogate)."""
-    if texts is None:
-        raise TypeError(f"`{name}` is missing: pass a list of strings.")
-    if isinstance(texts, str):
-        raise TypeError(f"`{name}` must be a list of strings, not a single string.")
-    for row, text in enumerate(texts):
-        if not isinstance(text, str):
-            raise TypeError(f"`{name}`[{row}] must be a string, got {type(text).__name__}: {text!r:.80}")
-        if not text.isascii():
-            try:
-                text.encode("utf-8")
-            except UnicodeEncodeError as error:
-                raise ValueError(f"`{name}`[{row}] is not valid Unicode: {error.reason} at character "
-                                 f"{error.start}.") from None
-
-
-def text_items(
-    tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], add_start_token: bool = True
-) -> list[tuple[list[int], list[int]]]:
-    """(context, continuation) pairs that score every token of each text.
-
-    With ``add_start_token`` the context is empty (the core puts the start token there), so the
-    first token is scored too; without it the first token is the context and is not scored.
-    """
-    ids = tokenizer(list(texts), add_special_tokens=False).input_ids if texts else []
-    if add_start_token:
-        return [([], text_ids) for text_ids in ids]
-    return [(text_ids[:1], text_ids[1:]) for text_ids in ids]
 
 
 def summarize_perplexity(scores: Sequence[ContinuationScore]) -> dict:
@@ -90,10 +59,24 @@ def compute_perplexity(
     check_texts(predictions)
     check_lengths(max_length, batch_size)
     model, tokenizer = model_and_tokenizer(model_id, model, tokenizer, dtype, device)
-    items = text_items(tokenizer, predictions, add_start_token)
+    return score_perplexity(model, tokenizer, predictions, add_start_token=add_start_token, max_length=max_length,
+                            batch_size=batch_size, progress=progress)
+
+
+def score_perplexity(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    texts: Sequence[str],
+    *,
+    add_start_token: bool = True,
+    max_length: int | None = None,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    progress: bool | None = None,
+) -> dict:
+    """Perplexity of checked texts with a loaded model: the body of :func:`compute_perplexity`."""
     scores = score_continuations(
-        model, tokenizer, items, max_length=max_length, batch_size=batch_size, progress=progress,
-        desc="Perplexity",
+        model, tokenizer, text_items(tokenizer, texts, add_start_token), max_length=max_length,
+        batch_size=batch_size, progress=progress, desc="Perplexity",
     )
     if truncated := sum(score.truncated for score in scores):
         logger.warning("%d text(s) were longer than max_length and were truncated.", truncated)

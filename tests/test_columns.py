@@ -5,16 +5,12 @@ import math
 import pytest
 from datasets import Dataset, DatasetDict, load_from_disk
 
-from hf_adapters.columns import (
-    IFDMapper,
-    PerplexityMapper,
-    add_ifd_column,
-    add_information_parity_column,
-    add_perplexity_column,
-    ppl_text,
-)
+from hf_adapters.columns import add_ifd_column, add_information_parity_column, add_perplexity_column
 from hf_adapters.ifd import compute_ifd
 from hf_adapters.perplexity import compute_perplexity
+from hf_adapters.scorers import IFDScorer, PerplexityScorer
+from hf_adapters.texts import ppl_text
+from tests.conftest import build_model
 from tests.test_ifd import INPUTS, INSTRUCTIONS, OUTPUTS
 
 ROWS = {"instruction": INSTRUCTIONS, "input": INPUTS, "output": OUTPUTS}
@@ -44,7 +40,7 @@ def test_ifd_column_equals_the_metric(model, tokenizer, load_calls, mode):
 
 
 def test_ifd_mapper_works_directly_in_map_with_small_batches(model, tokenizer):
-    mapper = IFDMapper(model=model, tokenizer=tokenizer, max_length=72)
+    mapper = IFDScorer(model=model, tokenizer=tokenizer, max_length=72)
     expected = compute_ifd(INSTRUCTIONS, OUTPUTS, INPUTS, model=model, tokenizer=tokenizer, max_length=72)
     with_indices = Dataset.from_dict(ROWS).map(mapper, batched=True, batch_size=2, with_indices=True)
     without = Dataset.from_dict(ROWS).map(mapper, batched=True, batch_size=3)
@@ -61,12 +57,12 @@ def test_perplexity_column_equals_the_perplexity_metric_on_the_seed_text(model, 
 
 def test_mapper_without_batched_is_a_clear_error(model, tokenizer):
     with pytest.raises(TypeError, match="batched=True"):
-        Dataset.from_dict(ROWS).map(IFDMapper(model=model, tokenizer=tokenizer))
+        Dataset.from_dict(ROWS).map(IFDScorer(model=model, tokenizer=tokenizer))
 
 
 def test_perplexity_column_of_a_named_text_column(model, tokenizer):
     ds = Dataset.from_dict({"text": OUTPUTS + [""]})
-    mapped = ds.map(PerplexityMapper(text_column="text", model=model, tokenizer=tokenizer), batched=True, batch_size=2)
+    mapped = ds.map(PerplexityScorer(text_column="text", model=model, tokenizer=tokenizer), batched=True, batch_size=2)
     expected = compute_perplexity(OUTPUTS + [""], model=model, tokenizer=tokenizer)["perplexities"]
     assert mapped["perplexity"][:-1] == pytest.approx(expected[:-1], rel=1e-6)
     assert math.isnan(mapped["perplexity"][-1])
@@ -151,7 +147,7 @@ def test_bad_options_fail_before_any_model_is_loaded(load_calls):
     with pytest.raises(ValueError, match="valid modes"):
         add_ifd_column(Dataset.from_dict(ROWS), model_id="tiny", mode="ratio")
     with pytest.raises(ValueError, match="both `model` and `tokenizer`"):
-        IFDMapper(model=object())
+        IFDScorer(model=object())
     assert load_calls == []
 
 
@@ -161,8 +157,8 @@ def test_a_zero_row_dataset_gets_the_new_columns_empty(load_calls):
     scored = add_perplexity_column(empty, model_id="tiny")
     assert scored.num_rows == 0 and scored.column_names[-1] == "perplexity"
     assert scored.features["perplexity"].dtype == "float64"
-    pairs = add_information_parity_column(Dataset.from_dict({"text": [], "reference": []}), "text", "reference",
-                                          model_id="tiny")
+    pairs = add_information_parity_column(Dataset.from_dict({"text": [], "reference": []}), prediction_column="text",
+                                          reference_column="reference", model_id="tiny")
     assert pairs.column_names == ["text", "reference", "information_parity"]
     assert load_calls == []
 
@@ -173,3 +169,16 @@ def test_num_proc_above_one_scores_in_this_process_and_says_so(model, tokenizer,
     scored = add_perplexity_column(ds, text_column="text", model=model, tokenizer=tokenizer, num_proc=2)
     assert scored["perplexity"] == pytest.approx(expected, rel=1e-6)
     assert "num_proc=2 is ignored" in caplog.text
+
+
+def test_new_weights_at_the_same_model_path_are_not_a_cache_hit(disk_dataset, tmp_path, tokenizer):
+    folder = tmp_path / "model"
+    build_model(len(tokenizer), seed=0).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    first = add_perplexity_column(disk_dataset, model_id=str(folder))
+    again = add_perplexity_column(disk_dataset, model_id=str(folder))
+    assert again._fingerprint == first._fingerprint
+    build_model(len(tokenizer), seed=1).save_pretrained(folder)  # same path, other weights
+    second = add_perplexity_column(disk_dataset, model_id=str(folder))
+    assert second._fingerprint != first._fingerprint
+    assert second["perplexity"] != pytest.approx(first["perplexity"], rel=1e-3)

@@ -75,3 +75,8 @@ def test_real_default_model_matches_naive_reference_on_three_rows(ifd_metric):
     assert result["num_valid"] == 3
     # An instruction-tuned model finds its answers easier after the prompt.
     assert result["mean_ifd"] < 1
+
+
+def test_missing_instructions_are_an_error_naming_them_not_a_cache_file_message(ifd_metric):
+    with pytest.raises(TypeError, match="`instructions` is missing"):
+        ifd_metric.compute(outputs=None)

@@ -6,7 +6,8 @@ import datasets
 import evaluate
 import pytest
 
-from hf_adapters.ifeval import IFEvalInputError, add_ifeval_columns, demo_rows, ifeval_row_score
+from hf_adapters import add_ifeval_columns
+from hf_adapters.ifeval import IFEvalInputError, demo_rows, ifeval_row_score
 
 METRIC_DIR = Path(__file__).resolve().parents[1] / "metrics" / "ifeval"
 
@@ -99,3 +100,14 @@ def test_row_score_is_prompt_level_strict():
 def test_demo_rows_score_and_mix_outcomes():
     scores = [ifeval_row_score(row) for row in demo_rows()]
     assert scores == [1.0, 1.0, 0.0, 0.0]
+
+
+@pytest.mark.parametrize("response", [None, 3])
+def test_a_response_that_is_not_a_string_is_an_error_naming_it(metric, response):
+    with pytest.raises(TypeError, match=r"`predictions`\[1\] must be a string"):
+        metric.compute(predictions=["hello world", response], references=[JSONL_ROW, JSONL_ROW])
+
+
+def test_missing_predictions_is_an_error_naming_them(metric):
+    with pytest.raises(TypeError, match="`predictions` is missing"):
+        metric.compute(references=[JSONL_ROW])

@@ -19,7 +19,7 @@ from datasets import Dataset
 
 from hf_adapters import cli
 from hf_adapters.jobs import JobConflictError, run_scoring_job, score_dataset, shard_range, work_dir_for
-from hf_adapters.scorers import SCORERS, RowScorer, build_scorer, register_scorer
+from hf_adapters.scorers import SCORERS, PPLScorer, RowScorer, build_scorer, register_scorer
 
 REPO = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
@@ -378,3 +378,43 @@ def test_a_kill_during_the_final_cleanup_leaves_a_complete_output_that_needs_no_
     assert rerun.scored_rows == [] and summary.scored == 0
     assert summary.valid == sum(json.loads(line)["score"] is not None for line in complete.splitlines())
     assert output.read_bytes() == complete and not work_dir_for(output).exists()
+
+
+# --- Job identity: the model's files, dtype and device type -------------------------------------------
+
+
+class PPLCrashAfterFirstChunk(PPLScorer):
+    """The seed PPLScorer, killed (like kill -9) after its first chunk; same name and config."""
+
+    calls = 0
+
+    def score_rows(self, rows):
+        PPLCrashAfterFirstChunk.calls += 1
+        if PPLCrashAfterFirstChunk.calls > 1:
+            raise KeyboardInterrupt
+        return super().score_rows(rows)
+
+
+def test_new_weights_at_the_same_model_path_are_another_job(tmp_path, tokenizer):
+    from tests.conftest import build_model  # here: the subprocess launchers import this module without `tests`
+
+    folder = tmp_path / "model"
+    build_model(len(tokenizer), seed=0).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    rows, output = Dataset.from_list(make_rows(12)), tmp_path / "out.jsonl"
+    with pytest.raises(KeyboardInterrupt):
+        run_scoring_job(rows, PPLCrashAfterFirstChunk(model=str(folder), batch_size=4), output, progress=False)
+    build_model(len(tokenizer), seed=1).save_pretrained(folder)  # same path, other weights
+    with pytest.raises(JobConflictError, match="the model changed"):
+        run_scoring_job(rows, PPLScorer(model=str(folder), batch_size=4), output, progress=False)
+    manifest = json.loads((work_dir_for(output) / "manifest.json").read_text())
+    assert manifest["model"]["dtype"] == "float32" and manifest["model"]["device_type"] == "cpu"
+
+
+def test_the_manifest_tells_a_cpu_float32_job_from_a_gpu_bfloat16_one(tmp_path, model):
+    folder = tmp_path / "model"
+    model.save_pretrained(folder)
+    cpu = PPLScorer(model=str(folder), device="cpu").model_identity()
+    gpu = PPLScorer(model=str(folder), device="cuda").model_identity()
+    assert (cpu["dtype"], cpu["device_type"]) == ("float32", "cpu")
+    assert (gpu["dtype"], gpu["device_type"]) == ("bfloat16", "cuda")

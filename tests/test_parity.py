@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-import hf_adapters.columns as columns
+import hf_adapters.models as models
 import hf_adapters.parity as parity
 from hf_adapters.columns import add_information_parity_column
 from hf_adapters.likelihood import start_token_id
@@ -165,7 +165,8 @@ def test_column_equals_function_scores(model, tokenizer):
     from datasets import Dataset
 
     ds = Dataset.from_dict({"text": PREDICTIONS + [""], "reference": REFERENCES + ["x"]})
-    scored = add_information_parity_column(ds, "text", "reference", model=model, tokenizer=tokenizer, batch_size=2)
+    scored = add_information_parity_column(ds, prediction_column="text", reference_column="reference",
+                                           model=model, tokenizer=tokenizer, batch_size=2)
     expected = compute_information_parity(PREDICTIONS + [""], REFERENCES + ["x"], model=model, tokenizer=tokenizer)
     assert scored["information_parity"] == pytest.approx(expected["scores"], rel=1e-5, nan_ok=True)
 
@@ -181,12 +182,15 @@ def test_column_cache_hit_loads_no_model(model, tokenizer, tmp_path, monkeypatch
         loads.append(args)
         return model, tokenizer
 
-    monkeypatch.setattr(columns, "model_and_tokenizer", fake_load)
-    first = add_information_parity_column(ds, "text", "reference", model_id="tiny-test-model")
-    second = add_information_parity_column(ds, "text", "reference", model_id="tiny-test-model")
+    monkeypatch.setattr(models, "model_and_tokenizer", fake_load)
+    first = add_information_parity_column(ds, prediction_column="text", reference_column="reference",
+                                          model_id="tiny-test-model")
+    second = add_information_parity_column(ds, prediction_column="text", reference_column="reference",
+                                          model_id="tiny-test-model")
     assert len(loads) == 1
     assert second["information_parity"] == first["information_parity"]
-    add_information_parity_column(ds, "text", "reference", model_id="tiny-test-model", max_length=5)
+    add_information_parity_column(ds, prediction_column="text", reference_column="reference",
+                                          model_id="tiny-test-model", max_length=5)
     assert len(loads) == 2
 
 
@@ -194,13 +198,14 @@ def test_column_rejects_missing_column(model, tokenizer):
     from datasets import Dataset
 
     with pytest.raises(ValueError, match="'reference' not found"):
-        add_information_parity_column(Dataset.from_dict({"text": ["a"]}), "text", "reference", model=model,
+        add_information_parity_column(Dataset.from_dict({"text": ["a"]}), prediction_column="text",
+                                      reference_column="reference", model=model,
                                       tokenizer=tokenizer)
 
 
 def test_scorer_config_scores_rows_like_the_function(model, tokenizer, monkeypatch):
-    monkeypatch.setattr(parity, "model_and_tokenizer", lambda *args, **kwargs: (model, tokenizer))
-    scorer = build_scorer({"name": "InformationParityScorer", "text_field": "fr", "batch_size": 2})
+    monkeypatch.setattr(models, "model_and_tokenizer", lambda *args, **kwargs: (model, tokenizer))
+    scorer = build_scorer({"name": "InformationParityScorer", "prediction_column": "fr", "batch_size": 2})
     assert isinstance(scorer, InformationParityScorer)
     assert scorer.required_fields == ("fr", "reference")
     rows = [{"fr": p, "reference": r} for p, r in zip(PREDICTIONS, REFERENCES, strict=True)]

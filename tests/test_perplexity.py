@@ -107,3 +107,8 @@ def test_tokenizer_without_pad_or_bos_token_uses_eos_to_start():
 def test_model_without_tokenizer_is_refused(model):
     with pytest.raises(ValueError, match="both"):
         compute_perplexity(TEXTS, model=model)
+
+
+def test_missing_predictions_is_an_error_naming_them_not_a_cache_file_message(metric):
+    with pytest.raises(TypeError, match="`predictions` is missing"):
+        metric.compute(predictions=None)

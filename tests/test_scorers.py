@@ -5,11 +5,11 @@ from pathlib import Path
 import pytest
 
 from hf_adapters import models
-from hf_adapters.columns import ppl_text
 from hf_adapters.ifd import DEFAULT_TEMPLATE, DEFAULT_TEMPLATE_NO_INPUT, compute_ifd
 from hf_adapters.ifeval import demo_rows
 from hf_adapters.perplexity import compute_perplexity
 from hf_adapters.scorers import SCORERS, ConfigError, IFDScorer, PPLScorer, build_scorer, load_config
+from hf_adapters.texts import ppl_text
 from tests.test_ifd import INPUTS, INSTRUCTIONS, OUTPUTS
 
 CONFIGS = Path(__file__).resolve().parents[1] / "hf_adapters" / "configs"
@@ -149,7 +149,7 @@ def test_ifeval_scorer_gives_prompt_level_strict_per_row():
 
 def test_ifeval_scorer_names_a_row_without_its_response_field():
     rows = demo_rows()
-    scorer = build_scorer({"name": "IFEvalScorer", "response_field": "answer"})
+    scorer = build_scorer({"name": "IFEvalScorer", "response_column": "answer"})
     with pytest.raises(ValueError, match="Row 0 .* 'answer'"):
         scorer.score_rows(rows)
 

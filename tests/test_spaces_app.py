@@ -180,3 +180,35 @@ def test_scoring_reports_model_loading_to_the_progress_bar(app, tiny_model_dir):
     calls = []
     app.score_perplexity("Hello.", None, tiny_model_dir, lambda *args, **kwargs: calls.append((args, kwargs)))
     assert calls[0] == ((0,), {"desc": f"Loading {tiny_model_dir}"})
+
+
+@pytest.fixture
+def public_space(monkeypatch, tiny_model_dir):
+    """The app as a public Space that lists the tiny model, keeping one model loaded."""
+    monkeypatch.setenv("SPACE_ID", "someone/hf-adapters")
+    monkeypatch.setenv("HF_ADAPTERS_SPACE_MODELS", tiny_model_dir)
+    monkeypatch.setenv("HF_ADAPTERS_SPACE_MAX_MODELS", "1")
+    return tiny_model_dir
+
+
+def test_a_public_space_refuses_server_paths_with_one_message_that_reveals_nothing(app, public_space, tmp_path):
+    messages = set()
+    for path in ("/etc/passwd", "/etc", str(tmp_path / "no-such-model"), "../" + public_space):
+        with pytest.raises(gradio.Error) as caught:
+            app.perplexity_handler("Hello.", None, path)
+        messages.add(caught.value.message.replace(repr(path), "PATH"))
+    assert len(messages) == 1 and "Could not load model" in messages.pop()
+
+
+def test_a_public_space_loads_listed_models_and_keeps_only_the_most_recent(app, public_space, monkeypatch):
+    import space_models
+
+    from hf_adapters import models
+
+    space_models.check_allowed("HuggingFaceTB/SmolLM2-360M-Instruct")  # a hub id is accepted
+    earlier = ("earlier/model", "float32", "cpu", False, ())
+    monkeypatch.setitem(models._CACHE, earlier, (None, None))  # a model loaded by an earlier request
+    monkeypatch.setitem(space_models._RECENT, "earlier/model", None)
+    table, *_ = app.score_perplexity("Hello there.", None, public_space)
+    assert len(table) == 1 and list(space_models._RECENT) == [public_space]
+    assert earlier not in models._CACHE

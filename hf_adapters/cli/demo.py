@@ -13,13 +13,11 @@ import time
 from importlib import resources
 from pathlib import Path
 
-from ..columns import ppl_text
 from ..data_io import read_jsonl
-from ..ifd import compute_ifd
-from ..ifeval import demo_rows, score_row
+from ..ifeval import demo_rows
 from ..models import DEFAULT_MODEL_ID, load_model
 from ..parallel import evaluate_parallel, parallel_sample_rows
-from ..perplexity import compute_perplexity
+from ..scorers import IFDScorer, IFEvalScorer, PPLScorer
 from .parity import format_table as parity_table
 from .tables import format_number, format_table
 
@@ -39,12 +37,8 @@ def _write_jsonl(records: list[dict], path: Path) -> None:
 
 
 def _instruction_scores(rows: list[dict], model, tokenizer) -> list[dict]:
-    texts = [ppl_text(row["instruction"], row.get("input"), row["output"]) for row in rows]
-    ppl = compute_perplexity(texts, model=model, tokenizer=tokenizer)
-    ifd = compute_ifd(
-        [row["instruction"] for row in rows], [row["output"] for row in rows], [row.get("input") for row in rows],
-        model=model, tokenizer=tokenizer,
-    )
+    ppl = PPLScorer(model=model, tokenizer=tokenizer, progress=None).result_of_rows(rows)
+    ifd = IFDScorer(model=model, tokenizer=tokenizer, progress=None).result_of_rows(rows)
     records = [
         {"id": row["id"], "perplexity": p, "ifd": i, "ppl_conditional": c, "ppl_direct": d}
         for row, p, i, c, d in zip(
@@ -73,13 +67,14 @@ def _information_parity(model, tokenizer) -> None:
 
 def _ifeval() -> None:
     print("\nIFEval on a few hand-written responses:")
-    table = []
-    for row in demo_rows():
-        result = score_row(row["response"], row)
-        table.append([
-            row["key"], ", ".join(row["instruction_id_list"]),
-            f"{sum(result.strict)}/{len(result.strict)}", f"{sum(result.loose)}/{len(result.loose)}",
-        ])
+    rows = demo_rows()
+    scorer = IFEvalScorer()
+    results = scorer.score_batch(scorer.rows_to_batch(rows))
+    table = [
+        [row["key"], ", ".join(row["instruction_id_list"]), f"{sum(strict)}/{len(strict)}",
+         f"{sum(loose)}/{len(loose)}"]
+        for row, strict, loose in zip(rows, results["strict"], results["loose"], strict=True)
+    ]
     print(format_table(["key", "instructions", "followed (strict)", "followed (loose)"], table))
 
 

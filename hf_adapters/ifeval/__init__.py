@@ -1,6 +1,5 @@
 """IFEval: the 25 instruction checks, strict and loose scoring, and their aggregates."""
 
-from .columns import add_ifeval_columns
 from .evaluation import RowResult, aggregate, compute_ifeval, loose_variants, score_row, score_rows
 from .registry import INSTRUCTIONS, IFEvalInputError, build_check, build_checks
 from .scorer import demo_rows, ifeval_row_score
@@ -9,7 +8,6 @@ __all__ = [
     "INSTRUCTIONS",
     "IFEvalInputError",
     "RowResult",
-    "add_ifeval_columns",
     "aggregate",
     "build_check",
     "build_checks",

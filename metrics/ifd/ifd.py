@@ -3,9 +3,11 @@
 import datasets
 import evaluate
 
-from hf_adapters.ifd import DEFAULT_TEMPLATE, DEFAULT_TEMPLATE_NO_INPUT, check_ifd_inputs, compute_ifd
+from hf_adapters.ifd import DEFAULT_TEMPLATE, DEFAULT_TEMPLATE_NO_INPUT, check_ifd_inputs
 from hf_adapters.models import DEFAULT_MODEL_ID
 from hf_adapters.options import DEFAULT_BATCH_SIZE, DEFAULT_MAX_LENGTH
+from hf_adapters.scorers import IFDScorer
+from hf_adapters.texts import check_texts
 
 _CITATION = """\
 @inproceedings{li-etal-2024-quantity,
@@ -82,6 +84,8 @@ class IFD(evaluate.Metric):
 
     def compute(self, instructions=None, outputs=None, inputs=None, **kwargs):
         """Check the rows before evaluate casts them (a bad row gets an error naming it); `inputs` may be omitted."""
+        if instructions is None and self.writer is None:  # None: only after add_batch
+            check_texts(instructions, "instructions")
         if instructions is not None or outputs is not None:
             inputs = check_ifd_inputs(instructions or [], outputs or [], inputs)
         return super().compute(instructions=instructions, outputs=outputs, inputs=inputs, **kwargs)
@@ -102,11 +106,9 @@ class IFD(evaluate.Metric):
         model=None,
         tokenizer=None,
     ):
-        return compute_ifd(
-            instructions,
-            outputs,
-            inputs,
-            model_id=model_id,
+        scorer = IFDScorer(
+            model=model_id if model is None else model,
+            tokenizer=tokenizer,
             template=template,
             template_no_input=template_no_input,
             max_length=max_length,
@@ -114,6 +116,6 @@ class IFD(evaluate.Metric):
             mode=mode,
             dtype=dtype,
             device=device,
-            model=model,
-            tokenizer=tokenizer,
+            progress=None,
         )
+        return scorer.result({"instruction": instructions, "input": inputs, "output": outputs})

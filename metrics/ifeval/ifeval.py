@@ -5,6 +5,7 @@ import evaluate
 
 from hf_adapters.ifeval import compute_ifeval
 from hf_adapters.ifeval.serialization import rows_from_json, rows_to_json
+from hf_adapters.texts import check_texts
 
 _CITATION = """\
 @article{zhou2023instruction,
@@ -66,14 +67,24 @@ class IFEval(evaluate.Metric):
             reference_urls=["https://arxiv.org/abs/2311.07911"],
         )
 
+    def compute(self, *, predictions=None, references=None, **kwargs):
+        """A missing ``predictions`` is an error naming it, unless rows were added before."""
+        if predictions is None and self.writer is None:
+            check_texts(predictions)
+        return super().compute(predictions=predictions, references=references, **kwargs)
+
     def add_batch(self, *, predictions=None, references=None, **kwargs):
-        """Validate the IFEval rows (errors name the row and id) and store them as JSON."""
+        """Validate the responses and the IFEval rows (errors name the row and id) and store the rows as JSON."""
+        if predictions is not None:
+            check_texts(predictions)
         if references is not None:
             references = rows_to_json(references)
         return super().add_batch(predictions=predictions, references=references, **kwargs)
 
     def add(self, *, prediction=None, reference=None, **kwargs):
-        """Validate one IFEval row and store it as JSON."""
+        """Validate one response and its IFEval row and store the row as JSON."""
+        if prediction is not None:
+            check_texts([prediction], "prediction")
         if reference is not None:
             reference = rows_to_json([reference])[0]
         return super().add(prediction=prediction, reference=reference, **kwargs)

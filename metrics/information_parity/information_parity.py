@@ -5,7 +5,8 @@ import evaluate
 
 from hf_adapters.models import DEFAULT_MODEL_ID
 from hf_adapters.options import DEFAULT_BATCH_SIZE
-from hf_adapters.parity import check_pairs, compute_information_parity
+from hf_adapters.parity import check_pairs
+from hf_adapters.scorers import InformationParityScorer
 
 _CITATION = """\
 @inproceedings{tsvetkov-kipnis-2024-information,
@@ -76,7 +77,7 @@ class InformationParity(evaluate.Metric):
 
     def compute(self, *, predictions=None, references=None, **kwargs):
         """Check the pairs before evaluate casts them, so a bad row gets an error naming it."""
-        if predictions is not None and references is not None:
+        if (predictions is not None and references is not None) or self.writer is None:  # None: after add_batch
             check_pairs(predictions, references)
         return super().compute(predictions=predictions, references=references, **kwargs)
 
@@ -92,14 +93,13 @@ class InformationParity(evaluate.Metric):
         model=None,
         tokenizer=None,
     ):
-        return compute_information_parity(
-            predictions,
-            references,
-            model_id=model_id,
+        scorer = InformationParityScorer(
+            model=model_id if model is None else model,
+            tokenizer=tokenizer,
             batch_size=batch_size,
             max_length=max_length,
             dtype=dtype,
             device=device,
-            model=model,
-            tokenizer=tokenizer,
+            progress=None,
         )
+        return scorer.result({"prediction": predictions, "reference": references})

@@ -5,7 +5,8 @@ import evaluate
 
 from hf_adapters.models import DEFAULT_MODEL_ID
 from hf_adapters.options import DEFAULT_BATCH_SIZE
-from hf_adapters.perplexity import check_texts, compute_perplexity
+from hf_adapters.scorers import PerplexityScorer
+from hf_adapters.texts import check_texts
 
 _CITATION = """\
 @article{jelinek1977perplexity,
@@ -66,7 +67,7 @@ class Perplexity(evaluate.Metric):
 
     def compute(self, *, predictions=None, references=None, **kwargs):
         """Check the rows before evaluate casts them, so a bad row gets an error naming it."""
-        if predictions is not None:
+        if predictions is not None or self.writer is None:  # None: only after add_batch
             check_texts(predictions)
         return super().compute(predictions=predictions, references=references, **kwargs)
 
@@ -82,14 +83,14 @@ class Perplexity(evaluate.Metric):
         model=None,
         tokenizer=None,
     ):
-        return compute_perplexity(
-            predictions,
-            model_id=model_id,
+        scorer = PerplexityScorer(
+            model=model_id if model is None else model,
+            tokenizer=tokenizer,
             batch_size=batch_size,
             add_start_token=add_start_token,
             device=device,
             max_length=max_length,
             dtype=dtype,
-            model=model,
-            tokenizer=tokenizer,
+            progress=None,
         )
+        return scorer.result({"text": predictions})

@@ -1,0 +1,54 @@
+"""``IFDScorer``: Instruction-Following Difficulty of instruction rows."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..ifd import DEFAULT_TEMPLATE, DEFAULT_TEMPLATE_NO_INPUT, MODES, check_templates, score_ifd
+from ..models import DEFAULT_MODEL_ID
+from ..options import DEFAULT_BATCH_SIZE, DEFAULT_MAX_LENGTH
+from .base import ConfigError, ModelRowScorer, register_scorer
+
+
+@register_scorer
+class IFDScorer(ModelRowScorer):
+    """Instruction-Following Difficulty, PPL(A|Q) / PPL(A) (``mode: loss_ratio``: the ratio of mean
+    NLLs), with both perplexities, as the ``ifd`` metric computes them."""
+
+    name = "IFDScorer"
+    options = {
+        "model": DEFAULT_MODEL_ID,
+        "max_length": DEFAULT_MAX_LENGTH,
+        "batch_size": DEFAULT_BATCH_SIZE,
+        "dtype": None,
+        "template": DEFAULT_TEMPLATE,
+        "template_no_input": DEFAULT_TEMPLATE_NO_INPUT,
+    }
+    extra_options = {"mode": "ppl_ratio"}
+    roles = {"instruction": "instruction", "input": "input", "output": "output"}
+    optional_roles = ("input",)
+    text_roles = ("instruction", "input", "output")
+    outputs = ("ifd", "ppl_conditional", "ppl_direct")
+    result_keys = ("ifd_scores", "conditional_perplexities", "direct_perplexities")
+
+    def __init__(self, **config: Any):
+        super().__init__(**config)
+        for key in ("template", "template_no_input"):
+            if not isinstance(self.config[key], str):
+                raise ConfigError(f"{self.name}: `{key}` must be a string, got {self.config[key]!r}.")
+        try:
+            check_templates(self.config["template"], self.config["template_no_input"])
+        except ValueError as error:
+            raise ConfigError(f"{self.name}: {error}") from None
+        if self.setting("mode") not in MODES:
+            raise ConfigError(f"{self.name}: unknown mode {self.setting('mode')!r}; valid modes: {list(MODES)}")
+
+    def result(self, texts: Mapping[str, Sequence[str]], first_row: int = 0) -> dict[str, Any]:
+        model, tokenizer = self.load()
+        return score_ifd(
+            model, tokenizer, texts["instruction"], texts["output"], texts["input"],
+            template=self.config["template"], template_no_input=self.config["template_no_input"],
+            max_length=self.config["max_length"], batch_size=self.config["batch_size"], mode=self.setting("mode"),
+            progress=self.progress, first_row=first_row,
+        )

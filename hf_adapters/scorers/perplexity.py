@@ -1,0 +1,65 @@
+"""Perplexity of a text column (``PerplexityScorer``), and of the seed's joined instruction rows (``PPLScorer``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..models import DEFAULT_MODEL_ID
+from ..options import DEFAULT_BATCH_SIZE, DEFAULT_MAX_LENGTH
+from ..perplexity import score_perplexity
+from ..texts import ppl_text
+from .base import ModelRowScorer, register_scorer
+
+
+@register_scorer
+class PerplexityScorer(ModelRowScorer):
+    """Perplexity of each text (lower: more predictable), as the ``perplexity`` metric computes it.
+
+    Example config::
+
+        name: PerplexityScorer
+        text_column: text
+    """
+
+    name = "PerplexityScorer"
+    options = {"model": DEFAULT_MODEL_ID, "max_length": None, "batch_size": DEFAULT_BATCH_SIZE, "dtype": None,
+               "add_start_token": True}
+    roles = {"text": "text"}
+    text_roles = ("text",)
+    outputs = ("perplexity",)
+    result_keys = ("perplexities",)
+
+    def texts(self, texts: Mapping[str, Sequence[str]]) -> Sequence[str]:
+        """The texts to score, from the texts of each role."""
+        return texts["text"]
+
+    def result(self, texts: Mapping[str, Sequence[str]], first_row: int = 0) -> dict[str, Any]:
+        model, tokenizer = self.load()
+        return score_perplexity(
+            model, tokenizer, self.texts(texts), add_start_token=self.setting("add_start_token"),
+            max_length=self.config["max_length"], batch_size=self.config["batch_size"], progress=self.progress,
+        )
+
+
+@register_scorer
+class PPLScorer(PerplexityScorer):
+    """Perplexity of the non-empty instruction, input and output joined with newlines (lower: more
+    predictable), as the perplexity metric computes it.
+
+    Unlike the seed, which scores the text as the tokenizer encodes it (so without a BOS-adding
+    tokenizer, e.g. Qwen or SmolLM2, the first token is never scored), the start token (BOS, else
+    EOS) is put in front, so every token of the text is scored whatever the tokenizer.
+    """
+
+    name = "PPLScorer"
+    options = {
+        "model": DEFAULT_MODEL_ID, "max_length": DEFAULT_MAX_LENGTH, "batch_size": DEFAULT_BATCH_SIZE, "dtype": None,
+    }
+    extra_options = {"add_start_token": True}
+    roles = {"instruction": "instruction", "input": "input", "output": "output"}
+    optional_roles = ("input",)
+    text_roles = ("instruction", "input", "output")
+
+    def texts(self, texts: Mapping[str, Sequence[str]]) -> list[str]:
+        return [ppl_text(*row) for row in zip(texts["instruction"], texts["input"], texts["output"], strict=True)]

@@ -1,0 +1,46 @@
+"""Texts into the core's (context, continuation) items, and the checks every text goes through first."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # importing transformers is slow, and checking texts needs none of it
+    from transformers import PreTrainedTokenizerBase
+
+
+def check_texts(texts: Sequence, name: str = "predictions") -> None:
+    """Raise a TypeError naming ``texts`` if it is missing or a single string, or the first row that
+    is not a string; a ValueError naming a row that is not valid Unicode (a lone surrogate)."""
+    if texts is None:
+        raise TypeError(f"`{name}` is missing: pass a list of strings.")
+    if isinstance(texts, str):
+        raise TypeError(f"`{name}` must be a list of strings, not a single string.")
+    for row, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise TypeError(f"`{name}`[{row}] must be a string, got {type(text).__name__}: {text!r:.80}")
+        if not text.isascii():
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as error:
+                raise ValueError(f"`{name}`[{row}] is not valid Unicode: {error.reason} at character "
+                                 f"{error.start}.") from None
+
+
+def text_items(
+    tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], add_start_token: bool = True
+) -> list[tuple[list[int], list[int]]]:
+    """(context, continuation) pairs that score every token of each text.
+
+    With ``add_start_token`` the context is empty (the core puts the start token there), so the
+    first token is scored too; without it the first token is the context and is not scored.
+    """
+    ids = tokenizer(list(texts), add_special_tokens=False).input_ids if texts else []
+    if add_start_token:
+        return [([], text_ids) for text_ids in ids]
+    return [(text_ids[:1], text_ids[1:]) for text_ids in ids]
+
+
+def ppl_text(instruction: str, input: str | None, output: str) -> str:
+    """The seed PPLScorer's text: the non-empty instruction, input and output joined with newlines."""
+    return "\n".join(part for part in (instruction, input, output) if part)
