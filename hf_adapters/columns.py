@@ -116,13 +116,15 @@ def add_perplexity_column(
     model_id: str = DEFAULT_MODEL_ID,
     batch_size: int = DEFAULT_BATCH_SIZE,
     max_length: int | None = None,
+    stride: int | None = None,
     dtype: str | torch.dtype | None = None,
     device: str | torch.device | None = None,
     model: PreTrainedModel | None = None,
     tokenizer: PreTrainedTokenizerBase | None = None,
     **map_kwargs: Any,
 ) -> Dataset | DatasetDict:
-    """Return ``ds`` with a ``column`` of per-row perplexities.
+    """Return ``ds`` with a ``column`` of per-row perplexities (with ``stride``: of every token, in
+    rolling windows of at most ``max_length`` tokens).
 
     The text is ``text_column`` if given (:class:`~hf_adapters.scorers.PerplexityScorer`), else the
     non-empty instruction, input and output joined with newlines (:class:`~hf_adapters.scorers.PPLScorer`;
@@ -136,7 +138,7 @@ def add_perplexity_column(
         ['text', 'perplexity']
     """
     options = {"model": _model(model_id, model), "tokenizer": tokenizer, "batch_size": batch_size,
-               "max_length": max_length, "dtype": dtype, "device": device}
+               "max_length": max_length, "stride": stride, "dtype": dtype, "device": device}
     if text_column is not None:
         scorer = PerplexityScorer(text_column=text_column, **options)
     else:

@@ -146,33 +146,39 @@ def _logit_postprocessor(model: PreTrainedModel):
     return postprocess
 
 
-def _unwrap(model):
+def unwrap_model(model):
     """The transformers model inside a PEFT wrapper, or the model itself."""
     return model.get_base_model() if hasattr(model, "get_base_model") else model
 
 
-def _padded_inputs(batch: list[_Prepared], pad_id: int) -> tuple[dict[str, torch.Tensor | None], list[int]]:
+def _fed_tokens(item: _Prepared, limit: int | None) -> list[int]:
+    """The tokens the model reads for an item: all of them, but the last (whose own prediction is
+    never scored) only where it fits the position limit."""
+    return item.input_ids if limit is None or len(item.input_ids) <= limit else item.input_ids[:-1]
+
+
+def _padded_inputs(sequences: list[list[int]], pad_id: int) -> tuple[dict[str, torch.Tensor | None], list[int]]:
     """Right-padded rows; the mask is left out when no row is padded (plain causal attention).
     Returns the model inputs and each item's offset in the flattened (rows x width) positions."""
-    width = max(len(item.input_ids) for item in batch)
-    input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
-    attention_mask = torch.zeros((len(batch), width), dtype=torch.long)
-    for row, item in enumerate(batch):
-        input_ids[row, : len(item.input_ids)] = torch.tensor(item.input_ids)
-        attention_mask[row, : len(item.input_ids)] = 1
-    padded = any(len(item.input_ids) < width for item in batch)
+    width = max(len(sequence) for sequence in sequences)
+    input_ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    for row, sequence in enumerate(sequences):
+        input_ids[row, : len(sequence)] = torch.tensor(sequence)
+        attention_mask[row, : len(sequence)] = 1
+    padded = any(len(sequence) < width for sequence in sequences)
     inputs = {"input_ids": input_ids, "attention_mask": attention_mask if padded else None}
-    return inputs, [row * width for row in range(len(batch))]
+    return inputs, [row * width for row in range(len(sequences))]
 
 
-def _packed_inputs(batch: list[_Prepared]) -> tuple[dict[str, torch.Tensor | None], list[int]]:
+def _packed_inputs(sequences: list[list[int]]) -> tuple[dict[str, torch.Tensor | None], list[int]]:
     """All items in one row, position ids restarting at each item and no mask: transformers then
     keeps attention within each item (FlashAttention's varlen kernels, or a block-diagonal mask)."""
     offsets = [0]
-    for item in batch:
-        offsets.append(offsets[-1] + len(item.input_ids))
-    input_ids = torch.tensor([[token for item in batch for token in item.input_ids]])
-    position_ids = torch.tensor([[p for item in batch for p in range(len(item.input_ids))]])
+    for sequence in sequences:
+        offsets.append(offsets[-1] + len(sequence))
+    input_ids = torch.tensor([[token for sequence in sequences for token in sequence]])
+    position_ids = torch.tensor([[p for sequence in sequences for p in range(len(sequence))]])
     return {"input_ids": input_ids, "position_ids": position_ids, "attention_mask": None}, offsets[:-1]
 
 
@@ -181,7 +187,8 @@ def _score_batch(model: PreTrainedModel, batch: list[_Prepared], pad_id: int, pa
     body, head = model.base_model, model.get_output_embeddings()
     postprocess = _logit_postprocessor(model)
     device = head.weight.device
-    inputs, offsets = _packed_inputs(batch) if packed else _padded_inputs(batch, pad_id)
+    sequences = [_fed_tokens(item, model_max_length(model)) for item in batch]
+    inputs, offsets = _packed_inputs(sequences) if packed else _padded_inputs(sequences, pad_id)
     items, positions, targets = [], [], []
     for index, (item, offset) in enumerate(zip(batch, offsets, strict=True)):
         # The logits at position p predict the token at p + 1.
@@ -220,6 +227,7 @@ def score_continuations(
     packing: bool | None = None,
     progress: bool | None = None,
     desc: str = "Scoring",
+    truncate: bool = True,
 ) -> list[ContinuationScore]:
     """Score each (context ids, continuation ids) pair; results come back in input order.
 
@@ -232,6 +240,10 @@ def score_continuations(
     joins a batch only if padding it adds at most ``max_padding`` of the batch's length (1.0: any
     padding). Both default to the device's: 16384 tokens and any padding on accelerators;
     2048 tokens and 10% padding on the CPU, where batching pays only for short sequences.
+
+    With ``truncate=False`` the items must fit as they are (rolling windows are built to): nothing
+    is cut, ``max_length`` must be None, and an item whose tokens but the last pass the model's
+    position limit raises a ValueError.
 
     With ``packing`` (default: when the model runs FlashAttention, whose varlen kernels need no
     mask) each batch is one row of items laid end to end, position ids restarting at each item:
@@ -249,10 +261,17 @@ def score_continuations(
     check_max_length(max_length)
     if batch_size is not None:
         check_batch_size(batch_size)
-    model = _unwrap(model)
-    max_length = effective_max_length(model, max_length)
+    model = unwrap_model(model)
     start_id = start_token_id(tokenizer)
+    if truncate:
+        max_length = effective_max_length(model, max_length)
+    elif max_length is not None:
+        raise ValueError("Pass `max_length=None` with `truncate=False`: the items are scored as they are.")
     prepared = [_prepare(i, ctx, cont, start_id, max_length) for i, (ctx, cont) in enumerate(items)]
+    if not truncate and (limit := model_max_length(model)) is not None:
+        if too_long := [item.index for item in prepared if len(item.input_ids) - 1 > limit]:
+            raise ValueError(f"Item {too_long[0]} needs {len(prepared[too_long[0]].input_ids) - 1} positions; "
+                             f"the model has {limit}.")
     results: list[ContinuationScore | None] = [None] * len(prepared)
     scorable = []
     for item in prepared:

@@ -32,3 +32,14 @@ def check_lengths(max_length: Any, batch_size: Any) -> None:
     """:func:`check_max_length` and :func:`check_batch_size`."""
     check_max_length(max_length)
     check_batch_size(batch_size)
+
+
+def check_stride(stride: Any, max_length: int | None) -> None:
+    """Raise a ValueError unless ``stride`` is None or an integer from 1 to ``max_length``."""
+    if stride is None:
+        return
+    if not _is_int(stride) or stride < 1:
+        raise ValueError(f"`stride` must be a positive integer (or None), got {stride!r}.")
+    if max_length is not None and stride > max_length:
+        raise ValueError(f"`stride` ({stride}) cannot be larger than `max_length` ({max_length}): each window "
+                         "predicts at most `stride` new tokens and reads at most `max_length`.")

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from collections.abc import Sequence
 
 import numpy as np
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from .likelihood import ContinuationScore, score_continuations
+from .likelihood import ContinuationScore, model_max_length, score_continuations, unwrap_model
 from .models import DEFAULT_MODEL_ID, model_and_tokenizer
-from .options import DEFAULT_BATCH_SIZE, check_lengths
-from .texts import check_texts, text_items
+from .options import DEFAULT_BATCH_SIZE, check_lengths, check_stride
+from .texts import check_texts, rolling_items, text_items
 
 logger = logging.getLogger(__name__)
 
@@ -43,12 +44,19 @@ def compute_perplexity(
     model: PreTrainedModel | None = None,
     tokenizer: PreTrainedTokenizerBase | None = None,
     progress: bool | None = None,
+    stride: int | None = None,
 ) -> dict:
     """Perplexity of each text under a causal LM.
 
     Returns ``perplexities`` (one per text, NaN for a text with no scored token),
     ``mean_perplexity`` (their mean over valid texts) and ``corpus_perplexity``
     (exp of total NLL over total tokens).
+
+    Without ``stride`` a text longer than ``max_length`` (default: the model's position limit) is
+    cut there. With ``stride`` every token of every text is scored, in lm-evaluation-harness's
+    rolling windows of at most ``max_length`` model inputs, each predicting at most ``stride`` new
+    tokens (:func:`hf_adapters.texts.rolling_items`); the result then adds lm-eval's
+    ``word_perplexity``, ``byte_perplexity`` and ``bits_per_byte`` over all texts.
 
     Example:
         >>> from hf_adapters import compute_perplexity
@@ -58,9 +66,10 @@ def compute_perplexity(
     """
     check_texts(predictions)
     check_lengths(max_length, batch_size)
+    check_stride(stride, max_length)
     model, tokenizer = model_and_tokenizer(model_id, model, tokenizer, dtype, device)
     return score_perplexity(model, tokenizer, predictions, add_start_token=add_start_token, max_length=max_length,
-                            batch_size=batch_size, progress=progress)
+                            batch_size=batch_size, progress=progress, stride=stride)
 
 
 def score_perplexity(
@@ -72,12 +81,67 @@ def score_perplexity(
     max_length: int | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
     progress: bool | None = None,
+    stride: int | None = None,
 ) -> dict:
     """Perplexity of checked texts with a loaded model: the body of :func:`compute_perplexity`."""
+    if stride is not None:
+        return score_rolling_perplexity(model, tokenizer, texts, max_length=max_length, stride=stride,
+                                        batch_size=batch_size, progress=progress, add_start_token=add_start_token)
     scores = score_continuations(
         model, tokenizer, text_items(tokenizer, texts, add_start_token), max_length=max_length,
         batch_size=batch_size, progress=progress, desc="Perplexity",
     )
     if truncated := sum(score.truncated for score in scores):
-        logger.warning("%d text(s) were longer than max_length and were truncated.", truncated)
+        logger.warning("%d text(s) were longer than max_length and were truncated; pass `stride` to score every "
+                       "token in rolling windows.", truncated)
     return summarize_perplexity(scores)
+
+
+def count_words(text: str) -> int:
+    """Words as lm-evaluation-harness counts them for word perplexity: the pieces between runs of white space."""
+    return len(re.split(r"\s+", text))
+
+
+def score_rolling_perplexity(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    texts: Sequence[str],
+    *,
+    max_length: int | None,
+    stride: int,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    progress: bool | None = None,
+    add_start_token: bool = True,
+) -> dict:
+    """Perplexity of every token of each text in rolling windows, each text's total NLL (``nlls``, in
+    nats) and scored tokens (``token_counts``), and lm-eval's word perplexity, byte perplexity and
+    bits per byte over all texts (an empty text: NaN, counted nowhere). All windows of all texts go
+    through one batched call of the core."""
+    if not add_start_token:
+        raise ValueError("`stride` scores every token after the start token; it needs `add_start_token=True`.")
+    window = max_length if max_length is not None else model_max_length(unwrap_model(model))
+    if window is None:
+        raise ValueError("Pass `max_length` with `stride`: the model does not say how many positions it has.")
+    check_stride(stride, window)
+    ids = tokenizer(list(texts), add_special_tokens=False).input_ids if texts else []
+    windows = [rolling_items(text_ids, window, stride) for text_ids in ids]
+    scores = iter(score_continuations(
+        model, tokenizer, [item for text_windows in windows for item in text_windows], batch_size=batch_size,
+        progress=progress, desc="Perplexity (rolling)", truncate=False,
+    ))
+    per_text = []
+    for text_windows in windows:
+        parts = [next(scores) for _ in text_windows]
+        nll, tokens = sum(part.nll for part in parts), sum(part.num_tokens for part in parts)
+        per_text.append(ContinuationScore(nll if tokens else math.nan, tokens, False))
+    result = summarize_perplexity(per_text)
+    result["nlls"] = [score.nll for score in per_text]
+    result["token_counts"] = [score.num_tokens for score in per_text]
+    valid = [(text, score) for text, score in zip(texts, per_text, strict=True) if score.num_tokens]
+    nll = sum(score.nll for _, score in valid)
+    words = sum(count_words(text) for text, _ in valid)
+    size = sum(len(text.encode("utf-8")) for text, _ in valid)
+    result["word_perplexity"] = math.exp(nll / words) if words else math.nan
+    result["byte_perplexity"] = math.exp(nll / size) if size else math.nan
+    result["bits_per_byte"] = nll / size / math.log(2) if size else math.nan
+    return result

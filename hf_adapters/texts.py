@@ -44,3 +44,27 @@ def text_items(
 def ppl_text(instruction: str, input: str | None, output: str) -> str:
     """The seed PPLScorer's text: the non-empty instruction, input and output joined with newlines."""
     return "\n".join(part for part in (instruction, input, output) if part)
+
+
+def rolling_items(ids: Sequence[int], max_length: int, stride: int) -> list[tuple[list[int], list[int]]]:
+    """(context, continuation) windows that score every token of ``ids`` exactly once, as
+    lm-evaluation-harness's ``loglikelihood_rolling`` does (``get_rolling_token_windows`` with
+    ``max_seq_len=max_length`` and ``context_len=max_length - stride + 1``, then
+    ``make_disjoint_window``).
+
+    The model reads at most ``max_length`` tokens per window. The first window predicts the first
+    ``max_length`` tokens after the start token (its empty context, filled in by the core); each
+    later one predicts the next ``stride`` tokens (fewer at the end) after the ``max_length -
+    stride`` tokens before them.
+    """
+    if not ids:
+        return []
+    first = min(max_length, len(ids))
+    windows = [([], list(ids[:first]))]
+    predicted = first
+    while predicted < len(ids):
+        count = min(len(ids) - predicted, stride)
+        end = predicted + count
+        windows.append((list(ids[end - max_length - 1: end - count]), list(ids[end - count: end])))
+        predicted = end
+    return windows

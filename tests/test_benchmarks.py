@@ -125,3 +125,21 @@ def test_whole_run_writes_the_markdown_report_naming_machine_kernels_and_targets
     assert report.count("| hf_adapters | bfloat16 |") == (3 if native_bfloat16 else 0)
     assert ("## bfloat16 drift from float32" in report) == native_bfloat16
     assert ("bfloat16 was not timed" in report) != native_bfloat16
+
+
+def test_rolling_section_times_ours_against_the_window_loop_on_the_same_numbers(model, tokenizer):
+    document = "The quick brown fox jumps over the lazy dog. " * 40
+    section = run.bench_rolling({"float32": model}, tokenizer, document, 64, 16, 4, torch.device("cpu"))
+    names = [entry.implementation for entry in section.runs]
+    assert names[0].startswith("one window at a time") and names[-1] == "hf_adapters"
+    assert section.runs[-1].scores == pytest.approx(section.reference.scores, rel=1e-5)
+    assert section.scored_tokens == len(tokenizer(document, add_special_tokens=False).input_ids)
+
+
+def test_lm_eval_rolling_gives_our_numbers_when_installed(model, tokenizer):
+    pytest.importorskip("lm_eval.models.huggingface", reason="lm-eval is installed only for make bench")
+    from benchmarks.references import lm_eval_rolling_nll
+
+    document = "The quick brown fox jumps over the lazy dog. " * 40
+    ours = compute_perplexity([document], model=model, tokenizer=tokenizer, max_length=64, stride=64)["nlls"]
+    assert lm_eval_rolling_nll(model, tokenizer, [document], 64, 2) == pytest.approx(ours, rel=1e-5)

@@ -26,3 +26,14 @@ def test_default_model_loads_offline_and_perplexity_equals_naive_reference(monke
 
     assert_exact(result["perplexities"], naive, model)
     assert load_model(DEFAULT_MODEL_ID)[0] is model
+
+
+@pytest.mark.parametrize("stride", [64, 16])
+def test_rolling_perplexity_on_the_default_model_equals_naive_windows(monkeypatch, shared_dir, stride):
+    from tests.test_rolling import naive_rolling_nll
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    model, tokenizer = load_model(DEFAULT_MODEL_ID)
+    document = (shared_dir / "data" / "tinyshakespeare.txt").read_text(encoding="utf-8")[:600]
+    result = evaluate.load("./metrics/perplexity").compute(predictions=[document], max_length=64, stride=stride)
+    assert_exact(result["nlls"], lambda m: [naive_rolling_nll(m, tokenizer, document, 64, stride)[0]], model)

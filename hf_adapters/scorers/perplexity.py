@@ -6,29 +6,41 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..models import DEFAULT_MODEL_ID
-from ..options import DEFAULT_BATCH_SIZE, DEFAULT_MAX_LENGTH
+from ..options import DEFAULT_BATCH_SIZE, DEFAULT_MAX_LENGTH, check_stride
 from ..perplexity import score_perplexity
 from ..texts import ppl_text
-from .base import ModelRowScorer, register_scorer
+from .base import ConfigError, ModelRowScorer, register_scorer
 
 
 @register_scorer
 class PerplexityScorer(ModelRowScorer):
     """Perplexity of each text (lower: more predictable), as the ``perplexity`` metric computes it.
 
+    With ``stride`` every token of a long text is scored, in rolling windows of at most
+    ``max_length`` tokens (see :func:`hf_adapters.perplexity.compute_perplexity`).
+
     Example config::
 
         name: PerplexityScorer
         text_column: text
+        max_length: 2048
+        stride: 512
     """
 
     name = "PerplexityScorer"
     options = {"model": DEFAULT_MODEL_ID, "max_length": None, "batch_size": DEFAULT_BATCH_SIZE, "dtype": None,
-               "add_start_token": True}
+               "add_start_token": True, "stride": None}
     roles = {"text": "text"}
     text_roles = ("text",)
     outputs = ("perplexity",)
     result_keys = ("perplexities",)
+
+    def __init__(self, **config: Any):
+        super().__init__(**config)
+        try:
+            check_stride(self.setting("stride"), self.config["max_length"])
+        except ValueError as error:
+            raise ConfigError(f"{self.name}: {error}") from None
 
     def texts(self, texts: Mapping[str, Sequence[str]]) -> Sequence[str]:
         """The texts to score, from the texts of each role."""
@@ -39,6 +51,7 @@ class PerplexityScorer(ModelRowScorer):
         return score_perplexity(
             model, tokenizer, self.texts(texts), add_start_token=self.setting("add_start_token"),
             max_length=self.config["max_length"], batch_size=self.config["batch_size"], progress=self.progress,
+            stride=self.setting("stride"),
         )
 
 
@@ -56,7 +69,7 @@ class PPLScorer(PerplexityScorer):
     options = {
         "model": DEFAULT_MODEL_ID, "max_length": DEFAULT_MAX_LENGTH, "batch_size": DEFAULT_BATCH_SIZE, "dtype": None,
     }
-    extra_options = {"add_start_token": True}
+    extra_options = {"add_start_token": True, "stride": None}
     roles = {"instruction": "instruction", "input": "input", "output": "output"}
     optional_roles = ("input",)
     text_roles = ("instruction", "input", "output")

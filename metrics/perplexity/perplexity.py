@@ -28,7 +28,7 @@ model once per process, batches texts of similar length together and computes th
 only where a token is scored.
 """
 
-_KWARGS_DESCRIPTION = """
+_KWARGS_DESCRIPTION = r"""
 Args:
     predictions (list of str): the texts to score. An empty text gets NaN.
     model_id (str): a hub id, a local model directory or a local `.gguf` file. Defaults to
@@ -38,13 +38,21 @@ Args:
         Defaults to True.
     device (str): anything torch accepts ("cpu", "cuda", "cuda:1"). Defaults to accelerate's device.
     max_length (int): right-truncate each text (start token included) to this many tokens.
-        Defaults to the model's position limit.
+        Defaults to the model's position limit. With `stride`: the most tokens the model reads per window.
+    stride (int, optional): score every token of every text, in lm-evaluation-harness's rolling
+        windows: each window predicts at most `stride` new tokens after the tokens before them
+        (`stride=max_length`: lm-eval's disjoint windows). Adds `word_perplexity`,
+        `byte_perplexity`, `bits_per_byte`, and per text `nlls` and `token_counts`.
     dtype (str): "float32" (default on CPU), "bfloat16" (default on CUDA, approximate) or "float16".
     model, tokenizer: an already loaded model and tokenizer (e.g. a PEFT model), used instead of `model_id`.
 Returns:
     perplexities (list of float): one per text.
     mean_perplexity (float): the mean of the per-text perplexities (over texts that have a score).
     corpus_perplexity (float): exp(total NLL / total scored tokens).
+    With `stride`, also as lm-eval reports them, over all texts: word_perplexity (exp(total NLL /
+    words), words counted as lm-eval does: re.split(r"\s+", text)), byte_perplexity (exp(total NLL /
+    UTF-8 bytes)) and bits_per_byte (total NLL / bytes / ln 2); and per text nlls (total NLL in nats)
+    and token_counts.
 Examples:
     >>> perplexity = evaluate.load("./metrics/perplexity")
     >>> results = perplexity.compute(predictions=["The cat sat on the mat.", "Colorless green ideas."])
@@ -82,6 +90,7 @@ class Perplexity(evaluate.Metric):
         dtype=None,
         model=None,
         tokenizer=None,
+        stride=None,
     ):
         scorer = PerplexityScorer(
             model=model_id if model is None else model,
@@ -91,6 +100,7 @@ class Perplexity(evaluate.Metric):
             device=device,
             max_length=max_length,
             dtype=dtype,
+            stride=stride,
             progress=None,
         )
         return scorer.result({"text": predictions})
