@@ -7,7 +7,9 @@
   prompt + answer and another over the answer alone per record, loss over the answer tokens;
 * one-window-at-a-time rolling perplexity: transformers' strided perplexity guide, one full forward
   pass per window of lm-evaluation-harness's rolling windows, loss over the window's new tokens;
-* lm-evaluation-harness's own ``HFLM.loglikelihood_rolling``, when ``lm-eval`` is installed.
+* lm-evaluation-harness's own ``HFLM.loglikelihood_rolling``, when ``lm-eval`` is installed;
+* one-turn-at-a-time conversation IFD: per assistant turn, a full forward pass over history + answer
+  and one over the answer alone (data-juicer's and Cherry_LLM's way, applied to every turn).
 
 Each uses the same tokens as hf_adapters (text tokens without special tokens after the start
 token; the prompt with the tokenizer's default special tokens), so scores are directly comparable.
@@ -23,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from hf_adapters.conversations import turn_pairs
 from hf_adapters.likelihood import start_token_id
 from hf_adapters.texts import rolling_items
 
@@ -149,3 +152,20 @@ def lm_eval_rolling_nll(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBa
     requests = [Instance(request_type="loglikelihood_rolling", doc={}, arguments=(text,), idx=index)
                 for index, text in enumerate(texts)]
     return [-loglikelihood for loglikelihood in lm.loglikelihood_rolling(requests, disable_tqdm=True)]
+
+
+def one_at_a_time_conversation_ifd(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
+                                   conversations: Sequence[Sequence[dict]]) -> list[tuple[float, list[ScoredSequence]]]:
+    """Per conversation, its IFD over all assistant turns and the turns' passes: a loop over turns, each
+    turn a full forward pass over history + answer and another over the start token + answer."""
+    start = start_token_id(tokenizer)
+    results = []
+    for messages in conversations:
+        passes, conditional, direct, tokens = [], 0.0, 0.0, 0
+        for history, answer in turn_pairs(tokenizer, messages, "all"):
+            with_history = full_forward_nll(model, (history or [start]) + answer, len(history or [start]))
+            alone = full_forward_nll(model, [start, *answer], 1)
+            passes += [with_history, alone]
+            conditional, direct, tokens = conditional + with_history.nll, direct + alone.nll, tokens + alone.scored
+        results.append((math.exp(conditional / tokens) / math.exp(direct / tokens), passes))
+    return results

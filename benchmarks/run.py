@@ -35,6 +35,7 @@ from benchmarks.flops import FORMULA, ModelShape, matmul_peak, synchronize, usef
 from benchmarks.references import (  # noqa: E402
     ScoredSequence,
     lm_eval_rolling_nll,
+    one_at_a_time_conversation_ifd,
     one_at_a_time_ifd,
     one_at_a_time_perplexity,
     one_window_at_a_time_rolling,
@@ -54,6 +55,7 @@ from hf_adapters.ifd import DEFAULT_TEMPLATE, DEFAULT_TEMPLATE_NO_INPUT, compute
 from hf_adapters.models import DEFAULT_MODEL_ID, load_model  # noqa: E402
 from hf_adapters.parallel import evaluate_parallel, group_by_language  # noqa: E402
 from hf_adapters.perplexity import compute_perplexity  # noqa: E402
+from hf_adapters.scorers import ConversationIFDScorer  # noqa: E402
 from hf_adapters.texts import rolling_items  # noqa: E402
 
 PACKAGE_DATA = Path(__file__).resolve().parents[1] / "hf_adapters" / "data"
@@ -62,7 +64,7 @@ SAMPLE_PARALLEL = PACKAGE_DATA / "parallel_sample.jsonl"
 #: Processor flags that decide the kernels: AVX2 and AVX-512 for float32, AVX512-BF16 and AMX for bfloat16.
 FLAGS_THAT_MATTER = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
 #: The targets the report checks: chosen kernel vs the faster candidate; our float32 speed-ups.
-KERNEL_TARGET, PERPLEXITY_TARGET, IFD_TARGET, ROLLING_TARGET = 0.95, 1.0, 1.15, 1.5
+KERNEL_TARGET, PERPLEXITY_TARGET, IFD_TARGET, ROLLING_TARGET, CONVERSATION_TARGET = 0.95, 1.0, 1.15, 1.5, 1.3
 
 
 @dataclass
@@ -304,6 +306,34 @@ def bench_rolling(models: dict, tokenizer, text: str, max_length: int, stride: i
     return time_runs(section, candidates, device)
 
 
+def bench_conversations(models: dict, tokenizer, conversations: list[list[dict]], batch_size: int,
+                        device) -> Section:
+    """IFD over every assistant turn of each conversation: ours against a loop over turns."""
+    fp32 = models["float32"]
+    reference_passes = []
+
+    def ours(model, subset):
+        return lambda: ConversationIFDScorer(model=model, tokenizer=tokenizer, turns="all", max_length=None,
+                                             batch_size=batch_size).result(subset)["ifd_scores"]
+
+    def loop(subset):
+        def run():
+            results = one_at_a_time_conversation_ifd(fp32, tokenizer, subset)
+            reference_passes[:] = [scored for _, passes in results for scored in passes]
+            return [score for score, _ in results]
+        return run
+
+    turns = sum(message["role"] == "assistant" for messages in conversations for message in messages)
+    section = Section("conversation IFD", f"{len(conversations)} conversations, {turns} assistant turns, both passes",
+                      [])
+    time_runs(section, [("one turn at a time, two passes (reference)", "float32", False, loop(conversations[:1]),
+                         loop(conversations))], device)
+    section.sequences = list(reference_passes)
+    section.job += f", {section.scored_tokens:,} scored tokens"
+    return time_runs(section, [("hf_adapters", dtype, True, ours(model, conversations[:1]), ours(model, conversations))
+                               for dtype, model in models.items()], device)
+
+
 def format_table(sections: list[Section], peaks: dict[str, float], shape: ModelShape) -> str:
     header = ("| metric, job | implementation | dtype | seconds | scored tok/s | speed-up of ours | "
               "max rel. diff vs reference | useful GFLOP/s | of peak |")
@@ -430,6 +460,8 @@ def targets_table(report: KernelReport, sections: list[Section]) -> str:
     ]
     rows += [(f"{section.metric}, float32: speed-up over {section.reference.implementation.split(',')[0]}",
               speedup(section), ROLLING_TARGET) for section in sections if section.metric.startswith("rolling")]
+    rows += [("conversation IFD, float32: speed-up over one turn at a time", speedup(section), CONVERSATION_TARGET)
+             for section in sections if section.metric == "conversation IFD"]
     lines = ["| target | measured | at least | met |", "| --- | ---: | ---: | --- |"]
     lines += [f"| {name} | {value:.2f}x | {target:.2f}x | {'yes' if value >= target else '**no**'} |"
               for name, value, target in rows]
@@ -449,11 +481,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rolling-data",
                         help="one long plain-text document for rolling perplexity, e.g. "
                         "../shared/data/tinyshakespeare.txt (without it, rolling perplexity is not timed)")
-    parser.add_argument("--rolling-bytes", type=int, default=60_000,
+    parser.add_argument("--rolling-bytes", type=int, default=20_000,
                         help="score the first this many characters of it (0: all of it)")
     parser.add_argument("--rolling-length", type=int, default=2048, help="rolling windows' max_length")
     parser.add_argument("--rolling-strides", type=int, nargs="+", default=[2048, 512],
                         help="strides to time (the first should equal --rolling-length: lm-eval's windows)")
+    parser.add_argument("--conversation-data",
+                        help="JSONL conversations (`messages`), e.g. ../shared/data/mtbench_gpt4_reference.jsonl "
+                        "(without it, conversation IFD is not timed)")
     parser.add_argument("--model", default=DEFAULT_MODEL_ID)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--batch-size", type=int, default=16)
@@ -499,6 +534,11 @@ def main(argv: Sequence[str] | None = None) -> str:
         bench_ifd(models, tokenizer, records, args.batch_size, device),
         bench_parity(models, tokenizer, parity_rows, args.reference_lang, args.batch_size, device),
     ]
+    conversation_note = "no conversations (no --conversation-data)"
+    if args.conversation_data and Path(args.conversation_data).is_file():
+        conversations = [row["messages"] for row in read_jsonl(args.conversation_data)]
+        conversation_note = f"{args.conversation_data} ({len(conversations)} conversations)"
+        sections.append(bench_conversations(models, tokenizer, conversations, args.batch_size, device))
     rolling_note = "no rolling perplexity (no --rolling-data)"
     if args.rolling_data and Path(args.rolling_data).is_file():
         document = Path(args.rolling_data).read_text(encoding="utf-8")
@@ -531,7 +571,7 @@ def main(argv: Sequence[str] | None = None) -> str:
         + f"; batch size {args.batch_size}",
         f"- Data: {source} (first {len(records)} records; perplexity scores the first "
         f"{min(args.perplexity_limit, len(records))} outputs); {parity_source} (first {args.parity_ids} ids); "
-        f"{rolling_note}",
+        f"{conversation_note}; {rolling_note}",
         f"- {FORMULA}; \"of peak\" divides by the peak of the row's dtype (float32: the faster kernel's)",
         "- Max rel. diff: largest |score - reference| / |reference| over rows (perplexity per text, IFD per "
         "record, parity per language mean)",

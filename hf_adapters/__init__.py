@@ -27,6 +27,8 @@ _EXPORTS = {
     "add_score_columns": "columns",
     "build_scorer": "scorers",
     "score_dataset": "jobs",
+    "select": "selection",
+    "to_messages": "conversations",
 }
 
 __all__ = sorted(_EXPORTS)

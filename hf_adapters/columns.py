@@ -22,10 +22,19 @@ from datasets import Dataset, DatasetDict, Value
 from datasets.fingerprint import Hasher, generate_random_fingerprint
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from .ifd import DEFAULT_TEMPLATE, DEFAULT_TEMPLATE_NO_INPUT
+from .ifd import DEFAULT_REVERSE_TEMPLATE, DEFAULT_TEMPLATE, DEFAULT_TEMPLATE_NO_INPUT
 from .models import DEFAULT_MODEL_ID
 from .options import DEFAULT_BATCH_SIZE, DEFAULT_MAX_LENGTH
-from .scorers import IFDScorer, IFEvalScorer, InformationParityScorer, PerplexityScorer, PPLScorer, RowScorer
+from .scorers import (
+    ConversationIFDScorer,
+    ConversationPerplexityScorer,
+    IFDScorer,
+    IFEvalScorer,
+    InformationParityScorer,
+    PerplexityScorer,
+    PPLScorer,
+    RowScorer,
+)
 from .scorers.base import ModelRowScorer
 
 logger = logging.getLogger(__name__)
@@ -79,6 +88,7 @@ def add_score_columns(
         [True]
     """
     names = {output: (names or {}).get(output, output) for output in scorer.outputs}
+    scorer.use_columns(ds.column_names if isinstance(ds, Dataset) else next(iter(ds.values())).column_names)
     if isinstance(ds, DatasetDict):
         return DatasetDict({split: add_score_columns(part, scorer, names=names, desc=desc, **map_kwargs)
                             for split, part in ds.items()})
@@ -109,6 +119,7 @@ def add_perplexity_column(
     ds: Dataset | DatasetDict,
     *,
     text_column: str | None = None,
+    messages_column: str | None = None,
     instruction_column: str = "instruction",
     input_column: str | None = "input",
     output_column: str = "output",
@@ -117,6 +128,7 @@ def add_perplexity_column(
     batch_size: int = DEFAULT_BATCH_SIZE,
     max_length: int | None = None,
     stride: int | None = None,
+    return_token_losses: bool = False,
     dtype: str | torch.dtype | None = None,
     device: str | torch.device | None = None,
     model: PreTrainedModel | None = None,
@@ -126,9 +138,13 @@ def add_perplexity_column(
     """Return ``ds`` with a ``column`` of per-row perplexities (with ``stride``: of every token, in
     rolling windows of at most ``max_length`` tokens).
 
-    The text is ``text_column`` if given (:class:`~hf_adapters.scorers.PerplexityScorer`), else the
-    non-empty instruction, input and output joined with newlines (:class:`~hf_adapters.scorers.PPLScorer`;
-    ``input_column=None``: no input). ``map_kwargs`` go to ``Dataset.map``.
+    The text is ``text_column`` if given (:class:`~hf_adapters.scorers.PerplexityScorer`); with
+    ``messages_column`` (a conversation per row, OpenAI or ShareGPT form) the perplexity is that of
+    the assistant tokens after their history (:class:`~hf_adapters.scorers.ConversationPerplexityScorer`);
+    else the text is the non-empty instruction, input and output joined with newlines
+    (:class:`~hf_adapters.scorers.PPLScorer`; ``input_column=None``: no input). ``map_kwargs`` go
+    to ``Dataset.map``. ``return_token_losses`` adds ``tokens`` and ``token_losses`` columns: per
+    row, the scored tokens and their NLLs.
 
     Example:
         >>> from datasets import Dataset
@@ -138,8 +154,15 @@ def add_perplexity_column(
         ['text', 'perplexity']
     """
     options = {"model": _model(model_id, model), "tokenizer": tokenizer, "batch_size": batch_size,
-               "max_length": max_length, "stride": stride, "dtype": dtype, "device": device}
-    if text_column is not None:
+               "max_length": max_length, "stride": stride, "return_token_losses": return_token_losses,
+               "dtype": dtype, "device": device}
+    if messages_column is not None:
+        if stride is not None or return_token_losses:
+            raise ValueError("`stride` and `return_token_losses` score texts; conversations take neither.")
+        options.pop("stride")
+        options.pop("return_token_losses")
+        scorer = ConversationPerplexityScorer(messages_column=messages_column, **options)
+    elif text_column is not None:
         scorer = PerplexityScorer(text_column=text_column, **options)
     else:
         scorer = PPLScorer(instruction_column=instruction_column, input_column=input_column,
@@ -153,6 +176,9 @@ def add_ifd_column(
     instruction_column: str = "instruction",
     input_column: str | None = "input",
     output_column: str = "output",
+    messages_column: str | None = None,
+    turns: str = "last",
+    turn_template: str | None = None,
     ifd_column: str = "ifd",
     conditional_column: str = "ppl_conditional",
     direct_column: str = "ppl_direct",
@@ -161,6 +187,9 @@ def add_ifd_column(
     template_no_input: str = DEFAULT_TEMPLATE_NO_INPUT,
     max_length: int | None = DEFAULT_MAX_LENGTH,
     mode: str = "ppl_ratio",
+    direction: str = "forward",
+    reverse_template: str = DEFAULT_REVERSE_TEMPLATE,
+    return_token_losses: bool = False,
     batch_size: int = DEFAULT_BATCH_SIZE,
     dtype: str | torch.dtype | None = None,
     device: str | torch.device | None = None,
@@ -171,7 +200,13 @@ def add_ifd_column(
     """Return ``ds`` with IFD columns: ``ifd``, ``ppl_conditional`` (PPL(A|Q)) and ``ppl_direct`` (PPL(A)).
 
     Same definition and numbers as :func:`hf_adapters.ifd.compute_ifd`; ``input_column=None`` for
-    data without inputs. ``map_kwargs`` go to ``Dataset.map``.
+    data without inputs. With ``messages_column`` each row is a conversation (OpenAI or ShareGPT
+    form): the IFD of its last assistant turn (``turns="last"``) or of all of them (``"all"``), with
+    a ``turn_ifd`` column of per-turn scores, as :func:`hf_adapters.ifd.score_conversation_ifd`
+    computes them (``turn_template``: the turn layout, default the tokenizer's chat template).
+    ``direction="reverse"`` adds r-IFD instead, PPL(Q|A) / PPL(Q), in an ``r_ifd`` column unless
+    ``ifd_column`` names another. ``return_token_losses`` adds ``tokens``,
+    ``conditional_token_losses`` and ``direct_token_losses`` columns. ``map_kwargs`` go to ``Dataset.map``.
 
     Example:
         >>> from datasets import Dataset
@@ -180,11 +215,20 @@ def add_ifd_column(
         >>> add_ifd_column(ds).column_names
         ['instruction', 'input', 'output', 'ifd', 'ppl_conditional', 'ppl_direct']
     """
-    scorer = IFDScorer(
-        instruction_column=instruction_column, input_column=input_column, output_column=output_column,
-        model=_model(model_id, model), tokenizer=tokenizer, template=template, template_no_input=template_no_input,
-        max_length=max_length, mode=mode, batch_size=batch_size, dtype=dtype, device=device,
-    )
+    options = {"model": _model(model_id, model), "tokenizer": tokenizer, "max_length": max_length, "mode": mode,
+               "batch_size": batch_size, "dtype": dtype, "device": device}
+    if messages_column is not None:
+        if direction != "forward" or return_token_losses:
+            raise ValueError("Conversations are scored forward, without token losses.")
+        scorer = ConversationIFDScorer(messages_column=messages_column, turns=turns, template=turn_template,
+                                       **options)
+    else:
+        scorer = IFDScorer(instruction_column=instruction_column, input_column=input_column,
+                           output_column=output_column, template=template, template_no_input=template_no_input,
+                           direction=direction, reverse_template=reverse_template,
+                           return_token_losses=return_token_losses, **options)
+    if direction == "reverse" and ifd_column == "ifd":
+        ifd_column = "r_ifd"
     names = {"ifd": ifd_column, "ppl_conditional": conditional_column, "ppl_direct": direct_column}
     return add_score_columns(ds, scorer, names=names, desc="IFD", **map_kwargs)
 

@@ -15,15 +15,17 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from .likelihood import ContinuationScore, effective_max_length, score_continuations
+from .conversations import turn_pairs
+from .likelihood import ContinuationScore, combined, effective_max_length, score_continuations
 from .models import DEFAULT_MODEL_ID, model_and_tokenizer
 from .options import DEFAULT_BATCH_SIZE, DEFAULT_MAX_LENGTH, check_lengths
+from .texts import token_strings
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +37,15 @@ DEFAULT_TEMPLATE_NO_INPUT = "<|im_start|>user\n{instruction}<|im_end|>\n<|im_sta
 CHAT_TEMPLATE = "chat"
 #: ``ppl_ratio``: PPL(A|Q) / PPL(A); ``loss_ratio``: mean NLL(A|Q) / mean NLL(A).
 MODES = ("ppl_ratio", "loss_ratio")
+#: ``forward``: IFD, how much the instruction helps predict the answer; ``reverse``: r-IFD
+#: (Selective Reflection-Tuning), how much the answer helps predict the instruction.
+DIRECTIONS = ("forward", "reverse")
+#: The prompt of the reverse pass, with ``{output}``: the answer first, then the instruction (and its
+#: input) is scored. ChatML like the default forward template; the authors' wording differs (see the card).
+DEFAULT_REVERSE_TEMPLATE = (
+    "<|im_start|>user\nHere is the answer to an instruction. Write the instruction that it answers.\n\n"
+    "{output}<|im_end|>\n<|im_start|>assistant\n"
+)
 
 
 def check_ifd_inputs(
@@ -92,6 +103,32 @@ def prompt_text(
     return template_no_input.format(instruction=instruction)
 
 
+def fit_pairs(
+    contexts: Sequence[list[int]], answers: Sequence[list[int]], labels: Sequence[str], max_length: int | None
+) -> tuple[list[tuple[list[int], list[int]] | None], int]:
+    """Per (context ids, answer ids) pair, the pair with the answer cut so that both fit
+    ``max_length``, or None when there is nothing to score (a warning names it by its label); and
+    the number of cut answers."""
+    items: list[tuple[list[int], list[int]] | None] = []
+    truncated = 0
+    for label, context, answer in zip(labels, contexts, answers, strict=True):
+        # An empty context becomes the one start token in the core.
+        room = None if max_length is None else max_length - max(len(context), 1)
+        if not answer:
+            logger.warning("%s has an empty output; its IFD is NaN.", label)
+            items.append(None)
+        elif room is not None and room <= 0:
+            logger.warning("%s: the prompt (%d tokens) fills max_length=%d; its IFD is NaN.",
+                           label, len(context), max_length)
+            items.append(None)
+        else:
+            if room is not None and len(answer) > room:
+                answer = answer[:room]
+                truncated += 1
+            items.append((context, answer))
+    return items, truncated
+
+
 def ifd_items(
     tokenizer: PreTrainedTokenizerBase,
     instructions: Sequence[str],
@@ -113,24 +150,32 @@ def ifd_items(
     # The prompt keeps the tokenizer's default special tokens; a rendered chat template already holds its own.
     contexts = tokenizer(prompts, add_special_tokens=template != CHAT_TEMPLATE).input_ids
     answers = tokenizer(list(outputs), add_special_tokens=False).input_ids
-    items: list[tuple[list[int], list[int]] | None] = []
-    truncated = 0
-    for row, (context, answer) in enumerate(zip(contexts, answers, strict=True), start=first_row):
-        # An empty context becomes the one start token in the core.
-        room = None if max_length is None else max_length - max(len(context), 1)
-        if not answer:
-            logger.warning("Row %d has an empty output; its IFD is NaN.", row)
-            items.append(None)
-        elif room is not None and room <= 0:
-            logger.warning("Row %d: the prompt (%d tokens) fills max_length=%d; its IFD is NaN.",
-                           row, len(context), max_length)
-            items.append(None)
-        else:
-            if room is not None and len(answer) > room:
-                answer = answer[:room]
-                truncated += 1
-            items.append((context, answer))
-    return items, truncated
+    labels = [f"Row {row}" for row in range(first_row, first_row + len(answers))]
+    return fit_pairs(contexts, answers, labels, max_length)
+
+
+def reverse_items(
+    tokenizer: PreTrainedTokenizerBase,
+    instructions: Sequence[str],
+    outputs: Sequence[str],
+    inputs: Sequence[str],
+    *,
+    reverse_template: str = DEFAULT_REVERSE_TEMPLATE,
+    max_length: int | None = None,
+    first_row: int = 0,
+) -> tuple[list[tuple[list[int], list[int]] | None], int]:
+    """Per row, the reverse pair: the prompt ``reverse_template.format(output=...)`` (the tokenizer's
+    default special tokens, as the forward prompt) and the question, the instruction and its input
+    joined with a newline, cut to fit ``max_length``; None for a row with an empty output."""
+    if not outputs:
+        return [], 0
+    contexts = tokenizer([reverse_template.format(output=output) for output in outputs]).input_ids
+    questions = [f"{instruction}\n{input}" if input else instruction for instruction, input in
+                 zip(instructions, inputs, strict=True)]
+    answers = [ids if output else [] for ids, output in
+               zip(tokenizer(questions, add_special_tokens=False).input_ids, outputs, strict=True)]
+    labels = [f"Row {row}" for row in range(first_row, first_row + len(answers))]
+    return fit_pairs(contexts, answers, labels, max_length)
 
 
 def ifd_ratio(conditional: ContinuationScore, direct: ContinuationScore, mode: str = "ppl_ratio") -> float:
@@ -138,6 +183,32 @@ def ifd_ratio(conditional: ContinuationScore, direct: ContinuationScore, mode: s
     if mode == "ppl_ratio":
         return conditional.perplexity / direct.perplexity
     return conditional.mean_nll / direct.mean_nll if direct.mean_nll else math.nan
+
+
+def score_pairs(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    items: Sequence[tuple[list[int], list[int]] | None],
+    *,
+    max_length: int | None,
+    batch_size: int,
+    progress: bool | None,
+    token_losses: bool = False,
+) -> list[tuple[ContinuationScore, ContinuationScore] | None]:
+    """The conditional and direct scores of each pair (None stays None), both passes in one call of
+    the core: the direct pass scores the same (cut) answer ids after an empty context."""
+    valid = [item for item in items if item is not None]
+    scores = score_continuations(
+        model, tokenizer, valid + [([], answer) for _, answer in valid],
+        max_length=max_length, batch_size=batch_size, progress=progress, desc="IFD", token_losses=token_losses,
+    )
+    pairs = iter(zip(scores[: len(valid)], scores[len(valid):], strict=True))
+    return [None if item is None else next(pairs) for item in items]
+
+
+def _mean(values: Sequence[float]) -> float:
+    finite = [value for value in values if not math.isnan(value)]
+    return float(np.mean(finite)) if finite else math.nan
 
 
 def score_ifd(
@@ -154,49 +225,113 @@ def score_ifd(
     mode: str = "ppl_ratio",
     progress: bool | None = None,
     first_row: int = 0,
+    direction: str = "forward",
+    reverse_template: str = DEFAULT_REVERSE_TEMPLATE,
+    return_token_losses: bool = False,
 ) -> dict:
-    """IFD of validated rows with a loaded model: the body of :func:`compute_ifd`."""
+    """IFD (``direction="reverse"``: r-IFD) of validated rows with a loaded model: the body of :func:`compute_ifd`."""
     if template == CHAT_TEMPLATE and not tokenizer.chat_template:
         raise ValueError("template='chat' needs a tokenizer with a chat template; this one has none.")
     max_length = effective_max_length(model, max_length)
-    items, truncated = ifd_items(
-        tokenizer, instructions, outputs, inputs,
-        template=template, template_no_input=template_no_input, max_length=max_length, first_row=first_row,
-    )
+    if direction == "reverse":
+        items, truncated = reverse_items(tokenizer, instructions, outputs, inputs, reverse_template=reverse_template,
+                                         max_length=max_length, first_row=first_row)
+    else:
+        items, truncated = ifd_items(
+            tokenizer, instructions, outputs, inputs,
+            template=template, template_no_input=template_no_input, max_length=max_length, first_row=first_row,
+        )
     if truncated:
         logger.warning("%d row(s) were longer than max_length=%s; their outputs were truncated.", truncated, max_length)
-    valid = [item for item in items if item is not None]
-    # One call for both passes: the direct pass reuses the (truncated) answer ids after an empty context.
-    scores = score_continuations(
-        model, tokenizer, valid + [([], answer) for _, answer in valid],
-        max_length=max_length, batch_size=batch_size, progress=progress, desc="IFD",
-    )
-    pairs = iter(zip(scores[: len(valid)], scores[len(valid):], strict=True))
-    ifd, conditional_ppl, direct_ppl = [], [], []
-    for item in items:
-        if item is None:
+    pairs = score_pairs(model, tokenizer, items, max_length=max_length, batch_size=batch_size, progress=progress,
+                        token_losses=return_token_losses)
+    ifd = [math.nan if pair is None else ifd_ratio(*pair, mode) for pair in pairs]
+    result = {
+        "ifd_scores": ifd,
+        "conditional_perplexities": [math.nan if pair is None else pair[0].perplexity for pair in pairs],
+        "direct_perplexities": [math.nan if pair is None else pair[1].perplexity for pair in pairs],
+        "mean_ifd": _mean(ifd),
+        "num_valid": sum(not math.isnan(score) for score in ifd),
+    }
+    if return_token_losses:
+        result["tokens"] = [[] if item is None else token_strings(tokenizer, item[1]) for item in items]
+        result["conditional_token_losses"] = [[] if pair is None else list(pair[0].token_nlls) for pair in pairs]
+        result["direct_token_losses"] = [[] if pair is None else list(pair[1].token_nlls) for pair in pairs]
+    return result
+
+
+def score_conversation_ifd(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    conversations: Sequence[Sequence[Mapping[str, str]]],
+    *,
+    turns: str = "last",
+    template: str | None = None,
+    max_length: int | None = DEFAULT_MAX_LENGTH,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    mode: str = "ppl_ratio",
+    progress: bool | None = None,
+    row_numbers: Sequence[int] | None = None,
+) -> dict:
+    """IFD of each assistant turn after its history, and of each conversation (checked messages).
+
+    A turn's IFD compares its answer's perplexity after the history (rendered as the chat prompt,
+    :func:`hf_adapters.conversations.history_prompt`) with its perplexity after the start token
+    alone. ``turns="last"`` scores the last assistant turn; ``"all"`` every one, and the
+    conversation's IFD is then exp(total conditional NLL / N) / exp(total direct NLL / N) over all
+    its N scored answer tokens (``loss_ratio``: the ratio of the means). All turns of all
+    conversations go through one call of the core. ``row_numbers`` name the conversations in warnings.
+    """
+    max_length = effective_max_length(model, max_length)
+    per_conversation = [turn_pairs(tokenizer, messages, turns, template) for messages in conversations]
+    row_numbers = range(len(conversations)) if row_numbers is None else row_numbers
+    labels = [f"Conversation {row}, turn {turn}" for row, pairs in zip(row_numbers, per_conversation, strict=True)
+              for turn in range(len(pairs))]
+    flat = [pair for pairs in per_conversation for pair in pairs]
+    items, truncated = fit_pairs([c for c, _ in flat], [a for _, a in flat], labels, max_length)
+    if truncated:
+        logger.warning("%d turn(s) were longer than max_length=%s; their answers were truncated.", truncated,
+                       max_length)
+    scored = iter(score_pairs(model, tokenizer, items, max_length=max_length, batch_size=batch_size,
+                              progress=progress))
+    ifd, turn_ifd, conditional_ppl, direct_ppl = [], [], [], []
+    for pairs in per_conversation:
+        turn_scores = [next(scored) for _ in pairs]
+        valid = [pair for pair in turn_scores if pair is not None]
+        turn_ifd.append([math.nan if pair is None else ifd_ratio(*pair, mode) for pair in turn_scores])
+        if valid:
+            conditional, direct = combined([c for c, _ in valid]), combined([d for _, d in valid])
+            ifd.append(ifd_ratio(conditional, direct, mode))
+            conditional_ppl.append(conditional.perplexity)
+            direct_ppl.append(direct.perplexity)
+        else:
             ifd.append(math.nan)
             conditional_ppl.append(math.nan)
             direct_ppl.append(math.nan)
-            continue
-        conditional, direct = next(pairs)
-        ifd.append(ifd_ratio(conditional, direct, mode))
-        conditional_ppl.append(conditional.perplexity)
-        direct_ppl.append(direct.perplexity)
-    finite = [score for score in ifd if not math.isnan(score)]
     return {
         "ifd_scores": ifd,
+        "turn_ifd_scores": turn_ifd,
         "conditional_perplexities": conditional_ppl,
         "direct_perplexities": direct_ppl,
-        "mean_ifd": float(np.mean(finite)) if finite else math.nan,
-        "num_valid": len(finite),
+        "mean_ifd": _mean(ifd),
+        "num_valid": sum(not math.isnan(score) for score in ifd),
     }
 
 
-def check_options(max_length: int | None, batch_size: int, mode: str) -> None:
-    """Raise a ValueError for an unknown mode or a non-positive length or batch size."""
+def check_options(max_length: int | None, batch_size: int, mode: str, direction: str = "forward",
+                  reverse_template: str = DEFAULT_REVERSE_TEMPLATE) -> None:
+    """Raise a ValueError for an unknown mode or direction, a reverse template without only
+    ``{output}``, or a non-positive length or batch size."""
     if mode not in MODES:
         raise ValueError(f"Unknown mode {mode!r}; valid modes: {list(MODES)}")
+    if direction not in DIRECTIONS:
+        raise ValueError(f"Unknown direction {direction!r}; valid directions: {list(DIRECTIONS)}")
+    if not isinstance(reverse_template, str):
+        raise ValueError(f"`reverse_template` must be a string, got {reverse_template!r}.")
+    try:
+        reverse_template.format(output="")
+    except (KeyError, IndexError, ValueError) as error:
+        raise ValueError(f"`reverse_template` must use only {{output}}: {error!r}") from None
     check_lengths(max_length, batch_size)
 
 
@@ -211,6 +346,9 @@ def compute_ifd(
     max_length: int | None = DEFAULT_MAX_LENGTH,
     batch_size: int = DEFAULT_BATCH_SIZE,
     mode: str = "ppl_ratio",
+    direction: str = "forward",
+    reverse_template: str = DEFAULT_REVERSE_TEMPLATE,
+    return_token_losses: bool = False,
     dtype: str | torch.dtype | None = None,
     device: str | torch.device | None = None,
     model: PreTrainedModel | None = None,
@@ -227,6 +365,13 @@ def compute_ifd(
     the ratio of mean NLLs. A row with an empty output, or whose prompt fills ``max_length``, gets
     NaN and a warning. IFD > 1 (the instruction does not help) is a valid score.
 
+    ``direction="reverse"`` gives r-IFD (Selective Reflection-Tuning): PPL(Q|A) / PPL(Q), the
+    question Q (instruction, and input after a newline) scored after ``reverse_template`` filled
+    with the answer, and after the start token alone.
+
+    ``return_token_losses`` adds, per row, the scored answer tokens as strings (``tokens``) and
+    their NLLs after the prompt (``conditional_token_losses``) and alone (``direct_token_losses``).
+
     Returns ``ifd_scores``, ``conditional_perplexities``, ``direct_perplexities``, ``mean_ifd``
     (over non-NaN scores) and ``num_valid``.
 
@@ -238,10 +383,11 @@ def compute_ifd(
     """
     input_texts = check_ifd_inputs(instructions, outputs, inputs)
     check_templates(template, template_no_input)
-    check_options(max_length, batch_size, mode)
+    check_options(max_length, batch_size, mode, direction, reverse_template)
     model, tokenizer = model_and_tokenizer(model_id, model, tokenizer, dtype, device)
     return score_ifd(
         model, tokenizer, instructions, outputs, input_texts,
         template=template, template_no_input=template_no_input, max_length=max_length,
-        batch_size=batch_size, mode=mode, progress=progress,
+        batch_size=batch_size, mode=mode, progress=progress, direction=direction, reverse_template=reverse_template,
+        return_token_losses=return_token_losses,
     )

@@ -191,6 +191,7 @@ def run_scoring_job(
     num_rows = len(dataset)
     chunk_size = int(scorer.config.get("batch_size") or DEFAULT_CHUNK_SIZE)
 
+    scorer.use_columns(dataset.column_names)
     for start in range(0, num_rows, CHECK_CHUNK_SIZE):
         scorer.check_rows(_rows(dataset, start, min(start + CHECK_CHUNK_SIZE, num_rows)), start)
     scorer.prepare()  # a model that fails to load leaves no work directory behind

@@ -42,11 +42,13 @@ class ContinuationScore:
         nll: sum of negative log-likelihoods over the scored tokens, in nats (NaN if none was scored).
         num_tokens: number of continuation tokens scored (after truncation).
         truncated: whether the sequence was cut to ``max_length``.
+        token_nlls: the NLL of each scored token, when they were asked for.
     """
 
     nll: float
     num_tokens: int
     truncated: bool
+    token_nlls: tuple[float, ...] | None = None
 
     @property
     def mean_nll(self) -> float:
@@ -57,6 +59,19 @@ class ContinuationScore:
     def perplexity(self) -> float:
         """exp of the mean NLL: NaN when nothing was scored, inf rather than an error past float range."""
         return float(np.exp(self.mean_nll))
+
+
+def combined(scores: Sequence[ContinuationScore]) -> ContinuationScore:
+    """Several continuations scored as one (a document's windows, a conversation's turns): the NLLs
+    and token counts of those with a scored token added, their token NLLs (if all have them) in
+    order; NaN when none has a scored token."""
+    valid = [score for score in scores if score.num_tokens]
+    with_tokens = all(score.token_nlls is not None for score in scores)
+    token_nlls = tuple(nll for score in valid for nll in score.token_nlls) if with_tokens else None
+    if not valid:
+        return ContinuationScore(math.nan, 0, any(score.truncated for score in scores), token_nlls)
+    return ContinuationScore(sum(score.nll for score in valid), sum(score.num_tokens for score in valid),
+                             any(score.truncated for score in scores), token_nlls)
 
 
 @dataclass(frozen=True)
@@ -183,7 +198,9 @@ def _packed_inputs(sequences: list[list[int]]) -> tuple[dict[str, torch.Tensor |
 
 
 @torch.inference_mode()
-def _score_batch(model: PreTrainedModel, batch: list[_Prepared], pad_id: int, packed: bool) -> list[float]:
+def _token_nlls(model: PreTrainedModel, batch: list[_Prepared], pad_id: int,
+                packed: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """The NLL of every scored token of a batch (float64), and the index of the item each belongs to."""
     body, head = model.base_model, model.get_output_embeddings()
     postprocess = _logit_postprocessor(model)
     device = head.weight.device
@@ -205,9 +222,29 @@ def _score_batch(model: PreTrainedModel, batch: list[_Prepared], pad_id: int, pa
         stop = start + OUTPUT_CHUNK_POSITIONS
         logits = postprocess(head(hidden[start:stop])).float()
         token_nll[start:stop] = torch.nn.functional.cross_entropy(logits, targets_t[start:stop], reduction="none")
-    sums = torch.zeros(len(batch), dtype=torch.float64, device=device)
-    sums.index_add_(0, torch.tensor(items, device=device), token_nll)
+    return torch.tensor(items, device=device), token_nll
+
+
+def _sums(items: torch.Tensor, token_nll: torch.Tensor, count: int) -> list[float]:
+    sums = torch.zeros(count, dtype=torch.float64, device=token_nll.device)
+    sums.index_add_(0, items, token_nll)
     return sums.tolist()
+
+
+def _score_batch(model: PreTrainedModel, batch: list[_Prepared], pad_id: int, packed: bool) -> list[float]:
+    """Each item's total NLL."""
+    return _sums(*_token_nlls(model, batch, pad_id, packed), len(batch))
+
+
+def _score_batch_with_tokens(model: PreTrainedModel, batch: list[_Prepared], pad_id: int,
+                             packed: bool) -> list[tuple[float, tuple[float, ...]]]:
+    """Each item's total NLL and the NLL of each of its scored tokens."""
+    items, token_nll = _token_nlls(model, batch, pad_id, packed)
+    per_token = token_nll.tolist()
+    counts = [len(item.input_ids) - item.first_scored for item in batch]
+    starts = [sum(counts[:i]) for i in range(len(counts))]
+    return [(total, tuple(per_token[start:start + count]))
+            for total, start, count in zip(_sums(items, token_nll, len(batch)), starts, counts, strict=True)]
 
 
 def uses_varlen_attention(model: PreTrainedModel) -> bool:
@@ -228,6 +265,7 @@ def score_continuations(
     progress: bool | None = None,
     desc: str = "Scoring",
     truncate: bool = True,
+    token_losses: bool = False,
 ) -> list[ContinuationScore]:
     """Score each (context ids, continuation ids) pair; results come back in input order.
 
@@ -240,6 +278,8 @@ def score_continuations(
     joins a batch only if padding it adds at most ``max_padding`` of the batch's length (1.0: any
     padding). Both default to the device's: 16384 tokens and any padding on accelerators;
     2048 tokens and 10% padding on the CPU, where batching pays only for short sequences.
+
+    With ``token_losses`` each score also holds the NLL of each scored token (``token_nlls``).
 
     With ``truncate=False`` the items must fit as they are (rolling windows are built to): nothing
     is cut, ``max_length`` must be None, and an item whose tokens but the last pass the model's
@@ -280,7 +320,7 @@ def score_continuations(
             continue
         reason = "the context fills max_length" if item.truncated else "the continuation is empty"
         logger.warning("Item %d has no token to score (%s); its score is NaN.", item.index, reason)
-        results[item.index] = ContinuationScore(math.nan, 0, item.truncated)
+        results[item.index] = ContinuationScore(math.nan, 0, item.truncated, () if token_losses else None)
 
     on_cpu = model.get_output_embeddings().weight.device.type == "cpu"
     if max_batch_tokens is None:
@@ -297,7 +337,13 @@ def score_continuations(
               disable=not show) as bar, cpu_linear_kernel(model):
         for batch_indices in batches:
             batch = [scorable[i] for i in batch_indices]
-            for item, nll in zip(batch, _score_batch(model, batch, pad_id, packing), strict=True):
-                results[item.index] = ContinuationScore(nll, len(item.input_ids) - item.first_scored, item.truncated)
+            if token_losses:
+                for item, (nll, losses) in zip(batch, _score_batch_with_tokens(model, batch, pad_id, packing),
+                                               strict=True):
+                    results[item.index] = ContinuationScore(nll, len(losses), item.truncated, losses)
+            else:
+                for item, nll in zip(batch, _score_batch(model, batch, pad_id, packing), strict=True):
+                    results[item.index] = ContinuationScore(nll, len(item.input_ids) - item.first_scored,
+                                                            item.truncated)
             bar.update(sum(len(item.input_ids) for item in batch))
     return results  # type: ignore[return-value]

@@ -40,7 +40,7 @@ def build_widget(module: Any, json_columns: Sequence[str] = ()):
     features = module.features[0] if isinstance(module.features, list) else module.features
     return gr.Interface(
         fn=lambda table: compute_from_table(module, table, json_columns),
-        inputs=gr.Dataframe(headers=list(features), col_count=(len(features), "fixed"), row_count=2,
+        inputs=gr.Dataframe(headers=list(features), column_count=(len(features), "fixed"), row_count=2,
                             datatype="str", label="Rows"),
         outputs=gr.JSON(label=module.name),
         title=f"Metric: {module.name}",

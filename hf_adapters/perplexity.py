@@ -5,18 +5,28 @@ from __future__ import annotations
 import logging
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from .likelihood import ContinuationScore, model_max_length, score_continuations, unwrap_model
+from .conversations import turn_pairs
+from .likelihood import ContinuationScore, combined, model_max_length, score_continuations, unwrap_model
 from .models import DEFAULT_MODEL_ID, model_and_tokenizer
 from .options import DEFAULT_BATCH_SIZE, check_lengths, check_stride
-from .texts import check_texts, rolling_items, text_items
+from .texts import check_texts, rolling_items, text_items, token_strings
 
 logger = logging.getLogger(__name__)
+
+
+def with_token_losses(result: dict, tokenizer: PreTrainedTokenizerBase, ids: Sequence[Sequence[int]],
+                      scores: Sequence[ContinuationScore], prefix: str = "") -> dict:
+    """``result`` with, per row, its scored tokens as strings (``tokens``) and their NLLs (``{prefix}token_losses``)."""
+    result["tokens"] = [token_strings(tokenizer, row_ids[: score.num_tokens]) for row_ids, score in
+                        zip(ids, scores, strict=True)]
+    result[f"{prefix}token_losses"] = [list(score.token_nlls) for score in scores]
+    return result
 
 
 def summarize_perplexity(scores: Sequence[ContinuationScore]) -> dict:
@@ -45,6 +55,7 @@ def compute_perplexity(
     tokenizer: PreTrainedTokenizerBase | None = None,
     progress: bool | None = None,
     stride: int | None = None,
+    return_token_losses: bool = False,
 ) -> dict:
     """Perplexity of each text under a causal LM.
 
@@ -58,6 +69,9 @@ def compute_perplexity(
     tokens (:func:`hf_adapters.texts.rolling_items`); the result then adds lm-eval's
     ``word_perplexity``, ``byte_perplexity`` and ``bits_per_byte`` over all texts.
 
+    ``return_token_losses`` adds, per text, its scored tokens as strings (``tokens``) and their NLLs
+    (``token_losses``).
+
     Example:
         >>> from hf_adapters import compute_perplexity
         >>> result = compute_perplexity(["The cat sat on the mat.", ""])
@@ -69,7 +83,8 @@ def compute_perplexity(
     check_stride(stride, max_length)
     model, tokenizer = model_and_tokenizer(model_id, model, tokenizer, dtype, device)
     return score_perplexity(model, tokenizer, predictions, add_start_token=add_start_token, max_length=max_length,
-                            batch_size=batch_size, progress=progress, stride=stride)
+                            batch_size=batch_size, progress=progress, stride=stride,
+                            return_token_losses=return_token_losses)
 
 
 def score_perplexity(
@@ -82,19 +97,25 @@ def score_perplexity(
     batch_size: int = DEFAULT_BATCH_SIZE,
     progress: bool | None = None,
     stride: int | None = None,
+    return_token_losses: bool = False,
 ) -> dict:
     """Perplexity of checked texts with a loaded model: the body of :func:`compute_perplexity`."""
     if stride is not None:
         return score_rolling_perplexity(model, tokenizer, texts, max_length=max_length, stride=stride,
-                                        batch_size=batch_size, progress=progress, add_start_token=add_start_token)
+                                        batch_size=batch_size, progress=progress, add_start_token=add_start_token,
+                                        return_token_losses=return_token_losses)
+    items = text_items(tokenizer, texts, add_start_token)
     scores = score_continuations(
-        model, tokenizer, text_items(tokenizer, texts, add_start_token), max_length=max_length,
-        batch_size=batch_size, progress=progress, desc="Perplexity",
+        model, tokenizer, items, max_length=max_length, batch_size=batch_size, progress=progress,
+        desc="Perplexity", token_losses=return_token_losses,
     )
     if truncated := sum(score.truncated for score in scores):
         logger.warning("%d text(s) were longer than max_length and were truncated; pass `stride` to score every "
                        "token in rolling windows.", truncated)
-    return summarize_perplexity(scores)
+    result = summarize_perplexity(scores)
+    if return_token_losses:
+        return with_token_losses(result, tokenizer, [continuation for _, continuation in items], scores)
+    return result
 
 
 def count_words(text: str) -> int:
@@ -112,6 +133,7 @@ def score_rolling_perplexity(
     batch_size: int = DEFAULT_BATCH_SIZE,
     progress: bool | None = None,
     add_start_token: bool = True,
+    return_token_losses: bool = False,
 ) -> dict:
     """Perplexity of every token of each text in rolling windows, each text's total NLL (``nlls``, in
     nats) and scored tokens (``token_counts``), and lm-eval's word perplexity, byte perplexity and
@@ -127,13 +149,9 @@ def score_rolling_perplexity(
     windows = [rolling_items(text_ids, window, stride) for text_ids in ids]
     scores = iter(score_continuations(
         model, tokenizer, [item for text_windows in windows for item in text_windows], batch_size=batch_size,
-        progress=progress, desc="Perplexity (rolling)", truncate=False,
+        progress=progress, desc="Perplexity (rolling)", truncate=False, token_losses=return_token_losses,
     ))
-    per_text = []
-    for text_windows in windows:
-        parts = [next(scores) for _ in text_windows]
-        nll, tokens = sum(part.nll for part in parts), sum(part.num_tokens for part in parts)
-        per_text.append(ContinuationScore(nll if tokens else math.nan, tokens, False))
+    per_text = [combined([next(scores) for _ in text_windows]) for text_windows in windows]
     result = summarize_perplexity(per_text)
     result["nlls"] = [score.nll for score in per_text]
     result["token_counts"] = [score.num_tokens for score in per_text]
@@ -144,4 +162,25 @@ def score_rolling_perplexity(
     result["word_perplexity"] = math.exp(nll / words) if words else math.nan
     result["byte_perplexity"] = math.exp(nll / size) if size else math.nan
     result["bits_per_byte"] = nll / size / math.log(2) if size else math.nan
-    return result
+    return with_token_losses(result, tokenizer, ids, per_text) if return_token_losses else result
+
+
+def score_conversation_perplexity(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    conversations: Sequence[Sequence[Mapping[str, str]]],
+    *,
+    template: str | None = None,
+    max_length: int | None = None,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    progress: bool | None = None,
+) -> dict:
+    """Perplexity of each conversation's assistant tokens, each turn after its whole history (what an
+    SFT loss sees), over checked messages: exp(total NLL / total assistant tokens) per conversation,
+    their mean and the corpus perplexity. All turns of all conversations go through one core call."""
+    per_conversation = [turn_pairs(tokenizer, messages, "all", template) for messages in conversations]
+    scores = iter(score_continuations(
+        model, tokenizer, [pair for pairs in per_conversation for pair in pairs], max_length=max_length,
+        batch_size=batch_size, progress=progress, desc="Perplexity (conversations)",
+    ))
+    return summarize_perplexity([combined([next(scores) for _ in pairs]) for pairs in per_conversation])

@@ -68,3 +68,8 @@ def rolling_items(ids: Sequence[int], max_length: int, stride: int) -> list[tupl
         windows.append((list(ids[end - max_length - 1: end - count]), list(ids[end - count: end])))
         predicted = end
     return windows
+
+
+def token_strings(tokenizer: PreTrainedTokenizerBase, ids: Sequence[int]) -> list[str]:
+    """Each token as the text it stands for."""
+    return [tokenizer.decode([token]) for token in ids]

@@ -37,3 +37,25 @@ def test_rolling_perplexity_on_the_default_model_equals_naive_windows(monkeypatc
     document = (shared_dir / "data" / "tinyshakespeare.txt").read_text(encoding="utf-8")[:600]
     result = evaluate.load("./metrics/perplexity").compute(predictions=[document], max_length=64, stride=stride)
     assert_exact(result["nlls"], lambda m: [naive_rolling_nll(m, tokenizer, document, 64, stride)[0]], model)
+
+
+def test_conversation_ifd_on_the_default_model_equals_naive_turns(monkeypatch, shared_dir):
+    import json
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    model, tokenizer = load_model(DEFAULT_MODEL_ID)
+    line = (shared_dir / "data" / "mtbench_gpt4_reference.jsonl").read_text(encoding="utf-8").splitlines()[0]
+    messages = json.loads(line)["messages"]
+    result = evaluate.load("./metrics/ifd").compute(messages=[messages], turns="all")
+
+    def naive(m):
+        start, parts = start_token_id(tokenizer), []
+        for t in (1, 3):  # the assistant turns, each after its history in the model's own chat template
+            history = tokenizer.apply_chat_template(messages[:t], add_generation_prompt=True, tokenize=False)
+            context = tokenizer(history, add_special_tokens=False).input_ids
+            answer = tokenizer(messages[t]["content"], add_special_tokens=False).input_ids
+            parts.append((naive_nll(m, context, answer, start)[0], naive_nll(m, [], answer, start)[0], len(answer)))
+        tokens = sum(n for _, _, n in parts)
+        return [math.exp(sum(c for c, _, _ in parts) / tokens) / math.exp(sum(d for _, d, _ in parts) / tokens)]
+
+    assert_exact(result["ifd_scores"], naive, model)

@@ -8,9 +8,9 @@ import argparse
 import logging
 from collections.abc import Sequence
 
-from . import demo, parity, perplexity, score
+from . import demo, parity, perplexity, score, select
 
-SUBCOMMANDS = [demo, parity, perplexity, score]
+SUBCOMMANDS = [demo, parity, perplexity, score, select]
 
 
 def build_parser() -> argparse.ArgumentParser:

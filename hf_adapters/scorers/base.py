@@ -112,6 +112,10 @@ class RowScorer:
     def prepare(self) -> None:
         """Load what scoring needs (the model), so that a failure shows before any work starts."""
 
+    def use_columns(self, column_names: Sequence[str]) -> None:
+        """Adapt to the data's columns before its rows are checked (e.g. read ShareGPT's
+        ``conversations`` where there is no ``messages``); by default, nothing to adapt."""
+
     def model_identity(self) -> dict[str, Any] | None:
         """What identifies the model by content (None: no model, or one passed as an object)."""
         return None
@@ -182,6 +186,9 @@ class ModelRowScorer(RowScorer):
         except ValueError as error:
             raise ConfigError(f"{self.name}: {error}") from None
         self.tokenizer, self.device, self.progress = tokenizer, device, progress
+        if self.token_outputs and self.setting("return_token_losses"):
+            self.outputs = (*self.outputs, *self.token_outputs)
+            self.result_keys = (*self.result_keys, *self.token_outputs)
 
     def load(self):
         """The caller's model and tokenizer, else the process-wide cached ``config["model"]``."""
@@ -200,17 +207,24 @@ class ModelRowScorer(RowScorer):
 
     #: The keys of the formula's result holding the per-row lists of ``outputs``, in the same order.
     result_keys: ClassVar[tuple[str, ...]]
+    #: Outputs (and result keys) added with the option ``return_token_losses``: per row, the scored
+    #: tokens and their NLLs.
+    token_outputs: ClassVar[tuple[str, ...]] = ()
 
     def result(self, texts: Mapping[str, Sequence[str]], first_row: int = 0) -> dict[str, Any]:
         """The formula's whole result (per-row lists and aggregates) for checked texts, by role."""
         raise NotImplementedError
 
+    def read_inputs(self, batch: Mapping[str, list], first_row: int = 0) -> Any:
+        """What :meth:`result` takes from a batch of columns: the texts of each role."""
+        return self.read_texts(batch, first_row)
+
     def result_of_rows(self, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         """The formula's whole result for rows holding this scorer's columns."""
-        return self.result(self.read_texts(self.rows_to_batch(rows)))
+        return self.result(self.read_inputs(self.rows_to_batch(rows)))
 
     def score_batch(self, batch: Mapping[str, list], first_row: int = 0) -> dict[str, list]:
-        result = self.result(self.read_texts(batch, first_row), first_row)
+        result = self.result(self.read_inputs(batch, first_row), first_row)
         return {output: result[key] for output, key in zip(self.outputs, self.result_keys, strict=True)}
 
 

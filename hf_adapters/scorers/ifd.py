@@ -5,7 +5,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..ifd import DEFAULT_TEMPLATE, DEFAULT_TEMPLATE_NO_INPUT, MODES, check_templates, score_ifd
+from ..ifd import (
+    DEFAULT_REVERSE_TEMPLATE,
+    DEFAULT_TEMPLATE,
+    DEFAULT_TEMPLATE_NO_INPUT,
+    check_options,
+    check_templates,
+    score_ifd,
+)
 from ..models import DEFAULT_MODEL_ID
 from ..options import DEFAULT_BATCH_SIZE, DEFAULT_MAX_LENGTH
 from .base import ConfigError, ModelRowScorer, register_scorer
@@ -25,12 +32,22 @@ class IFDScorer(ModelRowScorer):
         "template": DEFAULT_TEMPLATE,
         "template_no_input": DEFAULT_TEMPLATE_NO_INPUT,
     }
-    extra_options = {"mode": "ppl_ratio"}
+    extra_options = {"mode": "ppl_ratio", "direction": "forward", "reverse_template": DEFAULT_REVERSE_TEMPLATE,
+                     "return_token_losses": False}
     roles = {"instruction": "instruction", "input": "input", "output": "output"}
     optional_roles = ("input",)
     text_roles = ("instruction", "input", "output")
     outputs = ("ifd", "ppl_conditional", "ppl_direct")
     result_keys = ("ifd_scores", "conditional_perplexities", "direct_perplexities")
+    token_outputs = ("tokens", "conditional_token_losses", "direct_token_losses")
+
+    def __new__(cls, **config: Any):
+        """``IFDScorer(turns=...)`` (a config ``name: IFDScorer`` with ``turns:``) scores conversations."""
+        if cls is IFDScorer and "turns" in config:
+            from .conversation import ConversationIFDScorer
+
+            return ConversationIFDScorer(**config)
+        return super().__new__(cls)
 
     def __init__(self, **config: Any):
         super().__init__(**config)
@@ -41,8 +58,11 @@ class IFDScorer(ModelRowScorer):
             check_templates(self.config["template"], self.config["template_no_input"])
         except ValueError as error:
             raise ConfigError(f"{self.name}: {error}") from None
-        if self.setting("mode") not in MODES:
-            raise ConfigError(f"{self.name}: unknown mode {self.setting('mode')!r}; valid modes: {list(MODES)}")
+        try:
+            check_options(self.config["max_length"], self.config["batch_size"], self.setting("mode"),
+                          self.setting("direction"), self.setting("reverse_template"))
+        except ValueError as error:
+            raise ConfigError(f"{self.name}: {error}") from None
 
     def result(self, texts: Mapping[str, Sequence[str]], first_row: int = 0) -> dict[str, Any]:
         model, tokenizer = self.load()
@@ -50,5 +70,6 @@ class IFDScorer(ModelRowScorer):
             model, tokenizer, texts["instruction"], texts["output"], texts["input"],
             template=self.config["template"], template_no_input=self.config["template_no_input"],
             max_length=self.config["max_length"], batch_size=self.config["batch_size"], mode=self.setting("mode"),
-            progress=self.progress, first_row=first_row,
+            progress=self.progress, first_row=first_row, direction=self.setting("direction"),
+            reverse_template=self.setting("reverse_template"), return_token_losses=self.setting("return_token_losses"),
         )

@@ -29,11 +29,12 @@ class PerplexityScorer(ModelRowScorer):
 
     name = "PerplexityScorer"
     options = {"model": DEFAULT_MODEL_ID, "max_length": None, "batch_size": DEFAULT_BATCH_SIZE, "dtype": None,
-               "add_start_token": True, "stride": None}
+               "add_start_token": True, "stride": None, "return_token_losses": False}
     roles = {"text": "text"}
     text_roles = ("text",)
     outputs = ("perplexity",)
     result_keys = ("perplexities",)
+    token_outputs = ("tokens", "token_losses")
 
     def __init__(self, **config: Any):
         super().__init__(**config)
@@ -51,7 +52,7 @@ class PerplexityScorer(ModelRowScorer):
         return score_perplexity(
             model, tokenizer, self.texts(texts), add_start_token=self.setting("add_start_token"),
             max_length=self.config["max_length"], batch_size=self.config["batch_size"], progress=self.progress,
-            stride=self.setting("stride"),
+            stride=self.setting("stride"), return_token_losses=self.setting("return_token_losses"),
         )
 
 
@@ -69,7 +70,7 @@ class PPLScorer(PerplexityScorer):
     options = {
         "model": DEFAULT_MODEL_ID, "max_length": DEFAULT_MAX_LENGTH, "batch_size": DEFAULT_BATCH_SIZE, "dtype": None,
     }
-    extra_options = {"add_start_token": True, "stride": None}
+    extra_options = {"add_start_token": True, "stride": None, "return_token_losses": False}
     roles = {"instruction": "instruction", "input": "input", "output": "output"}
     optional_roles = ("input",)
     text_roles = ("instruction", "input", "output")

@@ -3,10 +3,11 @@
 import datasets
 import evaluate
 
-from hf_adapters.ifd import DEFAULT_TEMPLATE, DEFAULT_TEMPLATE_NO_INPUT, check_ifd_inputs
+from hf_adapters.conversations import check_conversations
+from hf_adapters.ifd import DEFAULT_REVERSE_TEMPLATE, DEFAULT_TEMPLATE, DEFAULT_TEMPLATE_NO_INPUT, check_ifd_inputs
 from hf_adapters.models import DEFAULT_MODEL_ID
 from hf_adapters.options import DEFAULT_BATCH_SIZE, DEFAULT_MAX_LENGTH
-from hf_adapters.scorers import IFDScorer
+from hf_adapters.scorers import ConversationIFDScorer, IFDScorer
 from hf_adapters.texts import check_texts
 
 _CITATION = """\
@@ -43,15 +44,29 @@ Args:
         model's position limit). A row whose prompt fills it gets NaN.
     batch_size (int): the most sequences in one forward pass. Defaults to 16.
     mode (str): "ppl_ratio" (default): PPL(A|Q) / PPL(A); "loss_ratio": mean NLL(A|Q) / mean NLL(A).
+    direction (str): "forward" (default): IFD; "reverse": r-IFD (Selective Reflection-Tuning),
+        PPL(Q|A) / PPL(Q), the question (instruction, and input after a newline) after the answer.
+    reverse_template (str): the reverse pass's prompt, with `{output}`; defaults to a ChatML prompt.
+    return_token_losses (bool): add, per row, the scored answer tokens (`tokens`) and their NLLs after
+        the prompt (`conditional_token_losses`) and alone (`direct_token_losses`).
     dtype (str): "float32" (default on CPU), "bfloat16" (default on CUDA, approximate) or "float16".
     device (str): anything torch accepts ("cpu", "cuda", "cuda:1"). Defaults to accelerate's device.
     model, tokenizer: an already loaded model and tokenizer, used instead of `model_id`.
+    messages (list of conversations, optional): instead of the three columns, conversations as lists
+        of {"role", "content"} turns (roles system, user, assistant; ShareGPT {"from", "value"} turns
+        with human and gpt work too). Each assistant turn is scored after its history, rendered by the
+        tokenizer's chat template (ChatML without one).
+    turns (str): with `messages`: "last" (default) scores the last assistant turn; "all" every one,
+        and the conversation's IFD is then taken over all its assistant tokens.
+    turn_template (str, optional): with `messages`: a turn layout with {role} and {content} used
+        instead of the chat template.
 Returns:
     ifd_scores (list of float): one per row, NaN for a row with nothing to score.
     conditional_perplexities (list of float): PPL(A|Q) per row.
     direct_perplexities (list of float): PPL(A) per row.
     mean_ifd (float): the mean of the non-NaN IFD scores.
     num_valid (int): how many rows have an IFD score.
+    turn_ifd_scores (list of lists of float): with `messages`, the IFD of each scored assistant turn.
 Examples:
     >>> ifd = evaluate.load("./metrics/ifd")
     >>> results = ifd.compute(
@@ -82,8 +97,11 @@ class IFD(evaluate.Metric):
             reference_urls=["https://aclanthology.org/2024.naacl-long.421/"],
         )
 
-    def compute(self, instructions=None, outputs=None, inputs=None, **kwargs):
-        """Check the rows before evaluate casts them (a bad row gets an error naming it); `inputs` may be omitted."""
+    def compute(self, instructions=None, outputs=None, inputs=None, messages=None, **kwargs):
+        """Check the rows before evaluate casts them (a bad row gets an error naming it); `inputs` may be
+        omitted. Conversations (`messages`) are scored as they are, without evaluate's cache."""
+        if messages is not None:
+            return self._compute_conversations(check_conversations(messages), **kwargs)
         if instructions is None and self.writer is None:  # None: only after add_batch
             check_texts(instructions, "instructions")
         if instructions is not None or outputs is not None:
@@ -101,6 +119,9 @@ class IFD(evaluate.Metric):
         max_length=DEFAULT_MAX_LENGTH,
         batch_size=DEFAULT_BATCH_SIZE,
         mode="ppl_ratio",
+        direction="forward",
+        reverse_template=DEFAULT_REVERSE_TEMPLATE,
+        return_token_losses=False,
         dtype=None,
         device=None,
         model=None,
@@ -114,8 +135,17 @@ class IFD(evaluate.Metric):
             max_length=max_length,
             batch_size=batch_size,
             mode=mode,
+            direction=direction,
+            reverse_template=reverse_template,
+            return_token_losses=return_token_losses,
             dtype=dtype,
             device=device,
             progress=None,
         )
         return scorer.result({"instruction": instructions, "input": inputs, "output": outputs})
+
+    def _compute_conversations(self, conversations, turns="last", turn_template=None, model_id=DEFAULT_MODEL_ID,
+                               model=None, **options):
+        scorer = ConversationIFDScorer(model=model_id if model is None else model, turns=turns,
+                                       template=turn_template, progress=None, **options)
+        return scorer.result(conversations)

@@ -3,9 +3,10 @@
 import datasets
 import evaluate
 
+from hf_adapters.conversations import check_conversations
 from hf_adapters.models import DEFAULT_MODEL_ID
 from hf_adapters.options import DEFAULT_BATCH_SIZE
-from hf_adapters.scorers import PerplexityScorer
+from hf_adapters.scorers import ConversationPerplexityScorer, PerplexityScorer
 from hf_adapters.texts import check_texts
 
 _CITATION = """\
@@ -39,6 +40,12 @@ Args:
     device (str): anything torch accepts ("cpu", "cuda", "cuda:1"). Defaults to accelerate's device.
     max_length (int): right-truncate each text (start token included) to this many tokens.
         Defaults to the model's position limit. With `stride`: the most tokens the model reads per window.
+    return_token_losses (bool): add, per text, its scored tokens (`tokens`) and their NLLs (`token_losses`).
+    messages (list of conversations, optional): instead of `predictions`, conversations as lists of
+        {"role", "content"} turns: the perplexity of each one's assistant tokens, every assistant turn
+        after its history rendered by the tokenizer's chat template (what a fine-tuning loss sees).
+    turn_template (str, optional): with `messages`: a turn layout with {role} and {content} used
+        instead of the chat template.
     stride (int, optional): score every token of every text, in lm-evaluation-harness's rolling
         windows: each window predicts at most `stride` new tokens after the tokens before them
         (`stride=max_length`: lm-eval's disjoint windows). Adds `word_perplexity`,
@@ -73,8 +80,11 @@ class Perplexity(evaluate.Metric):
             reference_urls=["https://huggingface.co/docs/transformers/perplexity"],
         )
 
-    def compute(self, *, predictions=None, references=None, **kwargs):
-        """Check the rows before evaluate casts them, so a bad row gets an error naming it."""
+    def compute(self, *, predictions=None, references=None, messages=None, **kwargs):
+        """Check the rows before evaluate casts them, so a bad row gets an error naming it.
+        Conversations (`messages`) are scored as they are, without evaluate's cache."""
+        if messages is not None:
+            return self._compute_conversations(check_conversations(messages), **kwargs)
         if predictions is not None or self.writer is None:  # None: only after add_batch
             check_texts(predictions)
         return super().compute(predictions=predictions, references=references, **kwargs)
@@ -91,6 +101,7 @@ class Perplexity(evaluate.Metric):
         model=None,
         tokenizer=None,
         stride=None,
+        return_token_losses=False,
     ):
         scorer = PerplexityScorer(
             model=model_id if model is None else model,
@@ -101,6 +112,13 @@ class Perplexity(evaluate.Metric):
             max_length=max_length,
             dtype=dtype,
             stride=stride,
+            return_token_losses=return_token_losses,
             progress=None,
         )
         return scorer.result({"text": predictions})
+
+    def _compute_conversations(self, conversations, turn_template=None, model_id=DEFAULT_MODEL_ID, model=None,
+                               **options):
+        scorer = ConversationPerplexityScorer(model=model_id if model is None else model, template=turn_template,
+                                              progress=None, **options)
+        return scorer.result(conversations)

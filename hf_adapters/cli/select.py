@@ -1,0 +1,71 @@
+"""``hf-adapters select --data ROWS --scores SCORES --top 5% --max-score 1 --output SELECTED``: keep the best rows."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+
+from ..data_io import LOADERS, read_jsonl, read_rows
+from ..jobs import check_output_path
+from ..selection import selection_indices
+
+
+def fraction(text: str) -> float:
+    """``5%`` or ``0.05``."""
+    try:
+        return float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a fraction such as 0.05 or 5%, got {text!r}") from None
+
+
+def joined_scores(rows: list, scores: list[dict]) -> list[float]:
+    """The score of each row, from a score file written for those rows in order; the ids must agree."""
+    if len(scores) != len(rows):
+        raise ValueError(f"The score file has {len(scores)} lines for {len(rows)} rows: it was written for other data.")
+    for number, (row_id, line) in enumerate(zip(rows, scores, strict=True)):
+        if line.get("id") != row_id:
+            raise ValueError(f"Row {number}: the data's id {row_id!r} differs from the score file's "
+                             f"{line.get('id')!r}; the score file was written for other data or another order.")
+    return [math.nan if line.get("score") is None else float(line["score"]) for line in scores]
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        check_output_path(args.output, args.data)
+        dataset = read_rows(args.data)
+        scores = joined_scores(dataset["id"], read_jsonl(args.scores))
+        indices, removed = selection_indices(scores, top=args.top, top_n=args.top_n, max_score=args.max_score,
+                                             min_score=args.min_score, highest=not args.lowest, order=args.order)
+    except (ValueError, FileNotFoundError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    selected = dataset.select(indices).add_column(args.column, [scores[index] for index in indices])
+    selected.to_json(args.output, lines=True, force_ascii=False)
+    for rule, count in removed.items():
+        print(f"{count:>9} rows removed: {rule}")
+    print(f"{len(indices):>9} of {len(scores)} rows selected, written to {args.output}")
+    return 0
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "select", help="Keep the rows whose scores (from `hf-adapters score`) rank best, with cut-offs.",
+        description="Join a score file written by `hf-adapters score` to its data by position (the ids must "
+        "agree), drop rows without a score and outside --min-score/--max-score, keep the --top fraction of all "
+        "rows (rounded down) or the --top-n best, and write them as JSONL with their score.",
+    )
+    parser.add_argument("--data", required=True, help=f"the scored rows: {', '.join(sorted(LOADERS))} or a "
+                        "save_to_disk directory")
+    parser.add_argument("--scores", required=True, help="the JSONL score file `hf-adapters score` wrote for them")
+    parser.add_argument("--output", required=True, help="JSONL file for the selected rows")
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--top", type=fraction, help="fraction of all rows to keep, e.g. 5%% or 0.05")
+    size.add_argument("--top-n", type=int, help="number of rows to keep")
+    parser.add_argument("--max-score", type=float, help="drop rows scoring above this (IFD: 1)")
+    parser.add_argument("--min-score", type=float, help="drop rows scoring below this")
+    parser.add_argument("--lowest", action="store_true", help="keep the lowest scores instead of the highest")
+    parser.add_argument("--order", choices=["input", "score"], default="input",
+                        help="write the rows in input order (default) or best first")
+    parser.add_argument("--column", default="score", help="name of the score field in the output (default: score)")
+    parser.set_defaults(run=run)

@@ -1,0 +1,111 @@
+"""Conversations (OpenAI-style ``messages`` or ShareGPT ``conversations``) into the core's items: each
+assistant turn, as a continuation, after its whole history rendered as the model's chat prompt."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from transformers import PreTrainedTokenizerBase
+
+#: Roles of ``messages`` turns.
+ROLES = ("system", "user", "assistant")
+#: ShareGPT's ``from`` values and the roles they stand for.
+SHAREGPT_ROLES = {"system": "system", "human": "user", "gpt": "assistant"}
+#: The seed's ChatML layout of one turn, used when the tokenizer has no chat template. The text
+#: before ``{content}``, with the assistant role, is the generation prompt.
+CHATML_TURN = "<|im_start|>{role}\n{content}<|im_end|>\n"
+#: ``last``: the last assistant turn; ``all``: every assistant turn, each after its full history.
+TURNS = ("last", "all")
+
+
+class ConversationError(ValueError):
+    """A conversation cannot be scored: an unknown role, no turns, no assistant turn, non-string content."""
+
+
+def check_messages(conversation: Any) -> list[dict[str, str]]:
+    """``conversation`` as ``[{"role", "content"}]`` messages: OpenAI form as it is, ShareGPT's
+    ``{"from", "value"}`` turns converted; a ConversationError says what is wrong."""
+    if not isinstance(conversation, Sequence) or isinstance(conversation, str) or not conversation:
+        raise ConversationError("the conversation is empty or not a list of turns.")
+    messages = []
+    for number, turn in enumerate(conversation):
+        if not isinstance(turn, Mapping):
+            raise ConversationError(f"turn {number} is not an object with a role and a content.")
+        if turn.get("from") is not None and turn.get("role") is None:
+            role, content = SHAREGPT_ROLES.get(turn["from"]), turn.get("value")
+            if role is None:
+                raise ConversationError(f"turn {number} is from {turn['from']!r}; ShareGPT roles are "
+                                        f"{sorted(SHAREGPT_ROLES)}.")
+        else:
+            role, content = turn.get("role"), turn.get("content")
+            if role not in ROLES:
+                raise ConversationError(f"turn {number} has the role {role!r}; roles are {list(ROLES)}.")
+        if not isinstance(content, str):
+            raise ConversationError(f"turn {number}: the content must be a string, got {type(content).__name__}.")
+        messages.append({"role": role, "content": content})
+    if not any(message["role"] == "assistant" for message in messages):
+        raise ConversationError("the conversation has no assistant turn to score.")
+    return messages
+
+
+def check_conversations(conversations: Any, name: str = "messages") -> list[list[dict[str, str]]]:
+    """A list of conversations as messages; an error names the first bad one by its index."""
+    if conversations is None or isinstance(conversations, (str, Mapping)):
+        raise TypeError(f"`{name}` must be a list of conversations (each a list of turns), got "
+                        f"{type(conversations).__name__}.")
+    checked = []
+    for row, conversation in enumerate(conversations):
+        try:
+            checked.append(check_messages(conversation))
+        except ConversationError as error:
+            raise ConversationError(f"`{name}`[{row}]: {error}") from None
+    return checked
+
+
+def to_messages(row: Mapping[str, Any]) -> list[dict[str, str]]:
+    """A row's conversation as messages: its ``messages`` field (OpenAI form) or its ``conversations``
+    field (ShareGPT form); the field name decides."""
+    for field in ("messages", "conversations"):
+        if row.get(field) is not None:
+            return check_messages(row[field])
+    raise ConversationError("the row has no `messages` or `conversations` field.")
+
+
+def history_prompt(tokenizer: PreTrainedTokenizerBase, history: Sequence[Mapping[str, str]],
+                   template: str | None = None) -> str:
+    """The text before an assistant turn: the tokenizer's chat template with a generation prompt, or
+    ``template`` (a turn layout with ``{role}`` and ``{content}``; ChatML when the tokenizer has no
+    chat template) for every turn and its text before ``{content}`` for the assistant."""
+    if template is None and tokenizer.chat_template:
+        return tokenizer.apply_chat_template(list(history), add_generation_prompt=True, tokenize=False)
+    layout = template or CHATML_TURN
+    turns = "".join(layout.format(role=message["role"], content=message["content"]) for message in history)
+    return turns + layout.split("{content}")[0].format(role="assistant")
+
+
+def check_turn_template(template: str | None) -> None:
+    """Raise a ValueError unless ``template`` is None or formats with ``{role}`` and ``{content}``."""
+    if template is None:
+        return
+    try:
+        template.format(role="", content="")
+    except (KeyError, IndexError, ValueError) as error:
+        raise ValueError(f"The turn `template` must use only {{role}} and {{content}}: {error!r}") from None
+    if "{content}" not in template:
+        raise ValueError("The turn `template` must hold {content}.")
+
+
+def turn_pairs(tokenizer: PreTrainedTokenizerBase, messages: Sequence[Mapping[str, str]], turns: str = "last",
+               template: str | None = None) -> list[tuple[list[int], list[int]]]:
+    """Per scored assistant turn, the (history ids, answer ids) pair: the history as
+    :func:`history_prompt` renders it, tokenized without added special tokens (the template holds
+    its own), and the turn's content alone (its end-of-turn token is not scored)."""
+    indexes = [i for i, message in enumerate(messages) if message["role"] == "assistant"]
+    if turns == "last":
+        indexes = indexes[-1:]
+    return [
+        (tokenizer(history_prompt(tokenizer, messages[:i], template), add_special_tokens=False).input_ids,
+         tokenizer(messages[i]["content"], add_special_tokens=False).input_ids)
+        for i in indexes
+    ]

@@ -1,0 +1,126 @@
+"""Scorers of conversations: IFD of assistant turns (``turns: last`` or ``all``) and the perplexity of
+assistant tokens after their history. They read the ``messages`` column, or ``conversations``
+(ShareGPT) in data that has no ``messages``."""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+from ..conversations import TURNS, ConversationError, check_messages, check_turn_template
+from ..ifd import MODES, score_conversation_ifd
+from ..models import DEFAULT_MODEL_ID
+from ..options import DEFAULT_BATCH_SIZE, DEFAULT_MAX_LENGTH
+from ..perplexity import score_conversation_perplexity
+from .base import ConfigError, ModelRowScorer, register_scorer, row_name
+
+logger = logging.getLogger(__name__)
+
+
+class ConversationScorer(ModelRowScorer):
+    """Base of scorers of conversations: one conversation per row, in OpenAI ``messages`` or
+    ShareGPT ``conversations`` form. A row whose conversation cannot be scored gets NaN (and a
+    warning) in ``Dataset.map``; a job refuses it up front, naming it."""
+
+    roles = {"messages": "messages"}
+    #: Values of the outputs for a row whose conversation cannot be scored.
+    missing: ClassVar[dict[str, Any]] = {}
+
+    def __init__(self, **config: Any):
+        super().__init__(**config)
+        try:
+            check_turn_template(self.config["template"])
+        except ValueError as error:
+            raise ConfigError(f"{self.name}: {error}") from None
+
+    def use_columns(self, column_names: Sequence[str]) -> None:
+        if self.columns["messages"] == "messages" and "messages" not in column_names and \
+                "conversations" in column_names:
+            self.columns["messages"] = "conversations"
+
+    def check_rows(self, rows: Sequence[Mapping[str, Any]], offset: int = 0) -> None:
+        """Also check every row's conversation, naming the row."""
+        super().check_rows(rows, offset)
+        for i, row in enumerate(rows):
+            try:
+                check_messages(row[self.columns["messages"]])
+            except ConversationError as error:
+                raise ValueError(f"{row_name(row, offset + i)}: {error}") from None
+
+    def result(self, conversations: Sequence[Any], first_row: int = 0) -> dict[str, Any]:
+        """The formula's result for a batch of conversations; one that cannot be scored gets the
+        ``missing`` values and a warning naming its row."""
+        checked = []
+        for row, conversation in enumerate(conversations, first_row):
+            try:
+                checked.append(check_messages(conversation))
+            except ConversationError as error:
+                logger.warning("Row %d: %s Its scores are NaN.", row, error)
+                checked.append(None)
+        rows = [row for row, messages in enumerate(checked, first_row) if messages is not None]
+        result = self.score_conversations([messages for messages in checked if messages is not None], rows)
+        for key, output in zip(self.result_keys, self.outputs, strict=True):
+            values = iter(result[key])
+            result[key] = [self.missing.get(output, math.nan) if messages is None else next(values)
+                           for messages in checked]
+        return result
+
+    def read_inputs(self, batch: Mapping[str, list], first_row: int = 0) -> list:
+        return batch[self.columns["messages"]]
+
+    def score_conversations(self, conversations: list[list[dict[str, str]]], rows: list[int]) -> dict[str, Any]:
+        raise NotImplementedError
+
+
+@register_scorer
+class ConversationIFDScorer(ConversationScorer):
+    """IFD of each conversation's last assistant turn (``turns: last``) or of all of them (``turns:
+    all``: per turn, and over all assistant tokens of the conversation), each turn after its
+    history rendered by the tokenizer's chat template (``template``: a turn layout with ``{role}``
+    and ``{content}``; ChatML when the tokenizer has no chat template). A config ``name: IFDScorer``
+    with a ``turns`` key builds this scorer.
+    """
+
+    name = "ConversationIFDScorer"
+    options = {"model": DEFAULT_MODEL_ID, "max_length": DEFAULT_MAX_LENGTH, "batch_size": DEFAULT_BATCH_SIZE,
+               "dtype": None, "template": None, "turns": "last"}
+    extra_options = {"mode": "ppl_ratio"}
+    outputs = ("ifd", "ppl_conditional", "ppl_direct", "turn_ifd")
+    result_keys = ("ifd_scores", "conditional_perplexities", "direct_perplexities", "turn_ifd_scores")
+    missing = {"turn_ifd": []}
+
+    def __init__(self, **config: Any):
+        super().__init__(**config)
+        if self.config["turns"] not in TURNS:
+            raise ConfigError(f"{self.name}: unknown turns {self.config['turns']!r}; valid: {list(TURNS)}")
+        if self.setting("mode") not in MODES:
+            raise ConfigError(f"{self.name}: unknown mode {self.setting('mode')!r}; valid modes: {list(MODES)}")
+
+    def score_conversations(self, conversations: list[list[dict[str, str]]], rows: list[int]) -> dict[str, Any]:
+        model, tokenizer = self.load()
+        return score_conversation_ifd(
+            model, tokenizer, conversations, turns=self.config["turns"], template=self.config["template"],
+            max_length=self.config["max_length"], batch_size=self.config["batch_size"], mode=self.setting("mode"),
+            progress=self.progress, row_numbers=rows,
+        )
+
+
+@register_scorer
+class ConversationPerplexityScorer(ConversationScorer):
+    """Perplexity of each conversation's assistant tokens, every turn after its history: what a
+    supervised fine-tuning loss sees."""
+
+    name = "ConversationPerplexityScorer"
+    options = {"model": DEFAULT_MODEL_ID, "max_length": None, "batch_size": DEFAULT_BATCH_SIZE, "dtype": None,
+               "template": None}
+    outputs = ("perplexity",)
+    result_keys = ("perplexities",)
+
+    def score_conversations(self, conversations: list[list[dict[str, str]]], rows: list[int]) -> dict[str, Any]:
+        model, tokenizer = self.load()
+        return score_conversation_perplexity(
+            model, tokenizer, conversations, template=self.config["template"], max_length=self.config["max_length"],
+            batch_size=self.config["batch_size"], progress=self.progress,
+        )

@@ -1,0 +1,76 @@
+"""Selection after scoring: cut-offs, the top fraction of the input rows (rounded down), ties, order,
+and the `select` command joining a score file to its data."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from datasets import Dataset
+
+from hf_adapters import cli, select
+from hf_adapters.selection import selection_indices
+
+SCORES = [0.9, 1.3, math.nan, 0.7, None, 0.9, 0.2, 1.0, 0.95, 0.5]
+
+
+def test_rules_apply_in_order_and_count_what_they_removed():
+    indices, removed = selection_indices(SCORES, top=0.3, max_score=1.0)
+    # 10 input rows -> top 3 of the 7 left: 1.0 (7), 0.95 (8), then of the tied 0.9s the first in input order (0).
+    assert indices == [0, 7, 8]
+    assert removed == {"no score": 2, "above max_score": 1, "below min_score": 0, "outside the top": 4}
+
+
+def test_the_fraction_is_of_the_input_rows_rounded_down():
+    assert len(selection_indices([1.0] * 19, top=0.1)[0]) == 1
+    assert len(selection_indices([1.0] * 20, top=0.1)[0]) == 2
+
+
+def test_score_order_lowest_first_and_top_n():
+    indices, _ = selection_indices(SCORES, top_n=3, highest=False, order="score", min_score=0.3)
+    assert indices == [9, 3, 0]
+
+
+@pytest.mark.parametrize(("options", "message"), [({"top": 0}, "fraction"), ({"top": 1.5}, "fraction"),
+                                                  ({"top_n": -1}, "non-negative"),
+                                                  ({"top": 0.1, "top_n": 3}, "not both"),
+                                                  ({"order": "random"}, "order")])
+def test_bad_options_are_refused(options, message):
+    with pytest.raises(ValueError, match=message):
+        selection_indices(SCORES, **options)
+
+
+def test_select_returns_the_kept_rows_of_a_dataset():
+    ds = Dataset.from_dict({"id": [f"r{i}" for i in range(len(SCORES))], "ifd": SCORES})
+    assert select(ds, "ifd", top=0.3, max_score=1.0)["id"] == ["r0", "r7", "r8"]
+    with pytest.raises(ValueError, match="Column 'score' not found"):
+        select(ds, "score")
+
+
+def write_jsonl(path, rows):
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return path
+
+
+def test_select_command_joins_scores_by_position_and_writes_the_best_rows(tmp_path, capsys):
+    rows = [{"id": f"r{i}", "instruction": f"q{i}", "output": f"a{i}"} for i in range(len(SCORES))]
+    data = write_jsonl(tmp_path / "rows.jsonl", rows)
+    scores = write_jsonl(tmp_path / "scores.jsonl", [
+        {"id": row["id"], "score": None if score is None or math.isnan(score) else score}
+        for row, score in zip(rows, SCORES, strict=True)])
+    output = tmp_path / "selected.jsonl"
+    assert cli.main(["select", "--data", str(data), "--scores", str(scores), "--top", "30%", "--max-score", "1",
+                     "--output", str(output)]) == 0
+    selected = [json.loads(line) for line in output.read_text(encoding="utf-8").splitlines()]
+    assert [row["id"] for row in selected] == ["r0", "r7", "r8"] and selected[2]["score"] == 0.95
+    printed = capsys.readouterr().out
+    assert "2 rows removed: no score" in printed and "3 of 10 rows selected" in printed
+
+
+def test_select_command_refuses_a_score_file_of_other_data(tmp_path, capsys):
+    data = write_jsonl(tmp_path / "rows.jsonl", [{"id": "a", "output": "x"}, {"id": "b", "output": "y"}])
+    scores = write_jsonl(tmp_path / "scores.jsonl", [{"id": "a", "score": 1.0}, {"id": "c", "score": 2.0}])
+    assert cli.main(["select", "--data", str(data), "--scores", str(scores), "--top-n", "1",
+                     "--output", str(tmp_path / "out.jsonl")]) == 2
+    assert "Row 1: the data's id 'b' differs from the score file's 'c'" in capsys.readouterr().err
