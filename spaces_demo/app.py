@@ -32,6 +32,7 @@ import pandas as pd  # noqa: E402
 from space_inputs import IFD, IFEVAL, MAX_ROWS, PARITY, PERPLEXITY, InputError, Task, load_rows  # noqa: E402, F401
 from space_models import ModelRefused, load_allowed_model  # noqa: E402
 from space_outputs import clip, finite_or_none, histogram, pass_rate_chart, write_scored  # noqa: E402, F401
+from space_tools import select_scored, token_losses  # noqa: E402
 
 from hf_adapters.ifeval import RowResult, aggregate  # noqa: E402
 from hf_adapters.models import DEFAULT_MODEL_ID, ModelLoadError  # noqa: E402
@@ -52,13 +53,15 @@ def score_with_model(task: Task, text: str | None, upload: str | None, model_id:
                      progress: Callable | None = None):
     """Score a model tab's rows: table, summary, histogram and scored file."""
     rows, fmt = load_rows(task, text, upload)
+    task = task.for_rows(rows)
     model_id, model, tokenizer = _model(model_id, progress)
-    result = task.scorer(model=model, tokenizer=tokenizer, progress=True).result_of_rows(rows)
+    result = task.build_scorer(model=model, tokenizer=tokenizer, progress=True).result_of_rows(rows)
     per_row = {name: result[key] for name, key in task.outputs.items()}
     first = next(iter(per_row))
     table = pd.DataFrame({
         "row": range(1, len(rows) + 1),
-        **{column: [clip(row.get(column) or "", width) for row in rows] for column, width in task.shown.items()},
+        **{column: [clip(row.get(column) or "", width) for row in rows] for column, width in task.shown.items()
+           if any(column in row for row in rows)},
         **per_row,
     })
     summary = {"model": model_id, "rows": len(rows),
@@ -144,6 +147,16 @@ def ifeval_handler(text, upload, progress=gr.Progress(track_tqdm=True)):  # noqa
     return score_ifeval(text, upload, progress)
 
 
+@readable_errors
+def select_handler(scored_file, top_percent, below_one):
+    return select_scored(scored_file, top_percent, below_one)
+
+
+@readable_errors
+def tokens_handler(text, upload, model_id, row):
+    return token_losses(text, upload, row, *_model(model_id, None)[1:])
+
+
 INTRO = """# hf_adapters: data-quality scores for language data
 Exact, batched scores from one causal language model: **Perplexity** of texts, **IFD**
 (Instruction-Following Difficulty) of instruction/response pairs, **Information Parity** of
@@ -183,6 +196,20 @@ def _tab(task: Task, title: str, handler: Callable, model_box: gr.Textbox | None
         download = gr.File(label="Scored file", elem_id=f"{task.name}-download", interactive=False)
         inputs = [text, upload] + ([model_box] if model_box is not None else [])
         button.click(handler, inputs=inputs, outputs=[table, summary, chart, download], api_name=task.name)
+        if task is IFD:
+            with gr.Row():
+                top = gr.Slider(1, 100, value=25, step=1, label="Keep the top % of rows by IFD")
+                below_one = gr.Checkbox(value=True, label="Drop rows with IFD above 1 first (Cherry_LLM)")
+                pick = gr.Button("Select rows", elem_id="ifd-select")
+            selected = gr.File(label="Selected rows", elem_id="ifd-selected", interactive=False)
+            pick.click(select_handler, inputs=[download, top, below_one], outputs=selected, api_name=False)
+        if task is PERPLEXITY:
+            with gr.Row():
+                row = gr.Number(value=1, precision=0, minimum=1, label="Row whose tokens to show")
+                show = gr.Button("Show its tokens, coloured by loss", elem_id="perplexity-tokens")
+            tokens = gr.HighlightedText(label="Tokens (darker: harder for the model)", elem_id="perplexity-token-view",
+                                        show_legend=False)
+            show.click(tokens_handler, inputs=[text, upload, model_box, row], outputs=tokens, api_name=False)
 
 
 def build_demo(default_model: str = DEFAULT_MODEL_ID) -> gr.Blocks:

@@ -10,7 +10,14 @@ from typing import Any
 
 from hf_adapters.data_io import parse_jsonl, read_records
 from hf_adapters.parity import RESULT_KEYS
-from hf_adapters.scorers import IFDScorer, IFEvalScorer, InformationParityScorer, PerplexityScorer, RowScorer
+from hf_adapters.scorers import (
+    ConversationIFDScorer,
+    IFDScorer,
+    IFEvalScorer,
+    InformationParityScorer,
+    PerplexityScorer,
+    RowScorer,
+)
 
 #: Most rows one request may score (a Space has a few CPU cores).
 MAX_ROWS = 2000
@@ -67,6 +74,19 @@ class Task:
     summary_keys: tuple[str, ...] = ()
     chart: tuple[str, str] = ("", "")
     json_fields: tuple[str, ...] = ()  # hold JSON in a CSV cell
+    #: Options the tab's scorer is built with.
+    scorer_options: Mapping[str, Any] = None
+    #: The task rows holding conversations (``messages`` or ``conversations``) are scored as, if any.
+    conversations: Task | None = None
+
+    def for_rows(self, rows: Sequence[Mapping[str, Any]]) -> Task:
+        """This task, or its conversation variant when the first row holds a conversation."""
+        if self.conversations is not None and rows and ("messages" in rows[0] or "conversations" in rows[0]):
+            return self.conversations
+        return self
+
+    def build_scorer(self, **options: Any) -> RowScorer:
+        return self.scorer(**{**(self.scorer_options or {}), **options})
 
 
 PERPLEXITY = Task(
@@ -80,12 +100,22 @@ PERPLEXITY = Task(
     summary_keys=("mean_perplexity", "corpus_perplexity"), chart=("Perplexity per row", "perplexity"),
 )
 
+IFD_CONVERSATIONS = Task(
+    name="ifd", scorer=ConversationIFDScorer, scorer_options={"turns": "all"}, parse_text=parse_jsonl,
+    help="JSONL rows with a conversation in `messages` ({role, content}) or `conversations` ({from, value}).",
+    example="", shown={"messages": 80, "conversations": 80},
+    outputs={"ifd": "ifd_scores", "turn_ifd": "turn_ifd_scores", "conditional_perplexity": "conditional_perplexities",
+             "direct_perplexity": "direct_perplexities"},
+    summary_keys=("mean_ifd",), chart=("IFD per conversation, over all assistant turns", "IFD"),
+)
+
 IFD = Task(
-    name="ifd", scorer=IFDScorer,
+    name="ifd", scorer=IFDScorer, conversations=IFD_CONVERSATIONS,
     parse_text=_jsonl_or(lambda text: parse_tab_separated(text, ("instruction", "input", "output"),
                                                           {2: ("instruction", "output")})),
     help="JSONL rows with `instruction`, optional `input`, and `output`; "
-    "or one row per line as `instruction<TAB>output` or `instruction<TAB>input<TAB>output`.",
+    "or one row per line as `instruction<TAB>output` or `instruction<TAB>input<TAB>output`; "
+    "or JSONL conversations in `messages` (OpenAI) or `conversations` (ShareGPT), scored turn by turn.",
     example=_jsonl([
         {"instruction": "What is the capital of Australia?", "input": "",
          "output": "The capital of Australia is Canberra."},
@@ -165,7 +195,7 @@ def load_rows(task: Task, text: str | None, upload: str | None) -> tuple[list[di
             raise InputError("No rows found: the input is empty.")
         if len(rows) > MAX_ROWS:
             raise InputError(f"{len(rows)} rows is more than this demo scores at once ({MAX_ROWS}).")
-        task.scorer().check_rows(rows, offset=1)
+        task.for_rows(rows).build_scorer().check_rows(rows, offset=1)
     except InputError:
         raise
     except ValueError as error:

@@ -212,3 +212,36 @@ def test_a_public_space_loads_listed_models_and_keeps_only_the_most_recent(app, 
     table, *_ = app.score_perplexity("Hello there.", None, public_space)
     assert len(table) == 1 and list(space_models._RECENT) == [public_space]
     assert earlier not in models._CACHE
+
+
+def test_the_ifd_tab_scores_pasted_conversations_turn_by_turn(app, tiny_model_dir):
+    from hf_adapters.scorers import ConversationIFDScorer
+
+    conversations = [[{"role": "user", "content": "Name a colour."}, {"role": "assistant", "content": "Blue."},
+                      {"role": "user", "content": "Another?"}, {"role": "assistant", "content": "Red."}],
+                     [{"from": "human", "value": "Hi!"}, {"from": "gpt", "value": "Hello there."}]]
+    pasted = "\n".join(json.dumps({"messages": conversation}) for conversation in conversations)
+    table, summary, _, path = app.score_ifd(pasted, None, tiny_model_dir)
+    expected = ConversationIFDScorer(model=tiny_model_dir, turns="all").result(conversations)
+    assert list(table["ifd"]) == pytest.approx(expected["ifd_scores"], rel=1e-6)
+    assert [len(turns) for turns in table["turn_ifd"]] == [2, 1] and summary["valid_rows"] == 2
+
+
+def test_selected_rows_are_the_top_share_below_one_in_the_scored_files_format(app, tmp_path):
+    rows = [{"instruction": f"q{i}", "ifd": score} for i, score in enumerate([0.5, 1.2, 0.9, None, 0.7])]
+    scored = app.write_scored(rows, "jsonl", "ifd")
+    picked = [json.loads(line) for line in open(app.select_scored(scored, 40, True), encoding="utf-8")]
+    assert [row["instruction"] for row in picked] == ["q2", "q4"]  # 40% of 5 rows: the best two below 1
+    with pytest.raises(app.InputError, match="Score some rows first"):
+        app.select_scored(None, 25, True)
+
+
+def test_token_view_colours_each_token_of_the_chosen_row_by_its_loss(app, tiny_model_dir):
+    from hf_adapters.perplexity import compute_perplexity
+
+    shown = app.tokens_handler("First text.\nSecond, longer text.", None, tiny_model_dir, 2)
+    expected = compute_perplexity(["Second, longer text."], model_id=tiny_model_dir, return_token_losses=True)
+    assert [token for token, _ in shown] == expected["tokens"][0]
+    assert max(score for _, score in shown) == 1.0 and min(score for _, score in shown) > 0
+    with pytest.raises(gradio.Error, match="pick a row from 1 to 2"):
+        app.tokens_handler("a\nb", None, tiny_model_dir, 5)

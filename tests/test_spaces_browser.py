@@ -129,3 +129,12 @@ def test_bad_input_shows_a_readable_message_not_a_traceback(page):
     page.wait_for_timeout(500)  # let the message finish sliding in before the screenshot
     page.screenshot(path=str(ARTIFACTS / "spaces_error.png"), full_page=True)
     assert "Traceback" not in page.locator("body").inner_text()
+
+
+def test_token_view_shows_a_rows_tokens_coloured_by_loss(page):
+    page.get_by_role("tab", name="Perplexity", exact=True).click()
+    page.locator("#perplexity-input textarea").fill("The cat sat on the mat.\nWater boils.")
+    page.locator("#perplexity-tokens").click()
+    page.locator("#perplexity-token-view").get_by_text("cat").first.wait_for(timeout=RESULT_TIMEOUT_MS)
+    page.screenshot(path=str(ARTIFACTS / "spaces_tokens.png"), full_page=True)
+    assert "Traceback" not in page.locator("body").inner_text()
