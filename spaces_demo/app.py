@@ -29,7 +29,17 @@ if importlib.util.find_spec("hf_adapters") is None and (HERE.parent / "hf_adapte
 
 import gradio as gr  # noqa: E402
 import pandas as pd  # noqa: E402
-from space_inputs import IFD, IFEVAL, MAX_ROWS, PARITY, PERPLEXITY, InputError, Task, load_rows  # noqa: E402, F401
+from space_inputs import (  # noqa: E402, F401
+    IFD,
+    IFD_REVERSE,
+    IFEVAL,
+    MAX_ROWS,
+    PARITY,
+    PERPLEXITY,
+    InputError,
+    Task,
+    load_rows,
+)
 from space_models import ModelRefused, load_allowed_model  # noqa: E402
 from space_outputs import clip, finite_or_none, histogram, pass_rate_chart, write_scored  # noqa: E402, F401
 from space_tools import select_scored, token_losses  # noqa: E402
@@ -139,7 +149,12 @@ def _model_handler(task: Task) -> Callable:
     return handler
 
 
-perplexity_handler, ifd_handler, parity_handler = (_model_handler(task) for task in (PERPLEXITY, IFD, PARITY))
+perplexity_handler, parity_handler = (_model_handler(task) for task in (PERPLEXITY, PARITY))
+
+
+@readable_errors
+def ifd_handler(text, upload, model_id, direction="IFD", progress=gr.Progress(track_tqdm=True)):  # noqa: B008
+    return score_with_model(IFD_REVERSE if direction == "r-IFD" else IFD, text, upload, model_id, progress)
 
 
 @readable_errors
@@ -148,8 +163,8 @@ def ifeval_handler(text, upload, progress=gr.Progress(track_tqdm=True)):  # noqa
 
 
 @readable_errors
-def select_handler(scored_file, top_percent, below_one):
-    return select_scored(scored_file, top_percent, below_one)
+def select_handler(scored_file, top_percent, below_one, direction):
+    return select_scored(scored_file, top_percent, below_one, "r_ifd" if direction == "r-IFD" else "ifd")
 
 
 @readable_errors
@@ -164,25 +179,12 @@ translations against a reference, and **IFEval** instruction-following checks (n
 Paste a few rows or upload a JSONL/CSV file; an uploaded file is used instead of the text box.
 """
 
-TABS = [
-    (PERPLEXITY, "Perplexity", perplexity_handler,
-     "Perplexity of each text: exp of the mean negative log-likelihood of its tokens. Lower means "
-     "the model finds the text more predictable."),
-    (IFD, "IFD", ifd_handler,
-     "IFD of each row: perplexity of the output given the instruction, divided by the perplexity of "
-     "the output alone. Low IFD: the instruction makes the output much easier to predict."),
-    (PARITY, "Information Parity", parity_handler,
-     "Information Parity of each pair: the reference's negative log-likelihood divided by the "
-     "prediction's. Near 1: the model encodes the prediction as efficiently as the reference."),
-    (IFEVAL, "IFEval", ifeval_handler,
-     "IFEval: does each response follow its verifiable instructions? Strict and loose scoring "
-     "as in Google's IFEval; the chart shows the pass rate of each instruction id."),
-]
+TABS = [(PERPLEXITY, perplexity_handler), (IFD, ifd_handler), (PARITY, parity_handler), (IFEVAL, ifeval_handler)]
 
 
-def _tab(task: Task, title: str, handler: Callable, model_box: gr.Textbox | None, description: str) -> None:
-    with gr.Tab(title, id=task.name):
-        gr.Markdown(f"{description}\n\n**Input:** {task.help}")
+def _tab(task: Task, handler: Callable, model_box: gr.Textbox | None) -> None:
+    with gr.Tab(task.title, id=task.name):
+        gr.Markdown(f"{task.description}\n\n**Input:** {task.help}")
         with gr.Row():
             text = gr.Textbox(value=task.example, label="Rows", lines=8, max_lines=20, scale=3,
                               elem_id=f"{task.name}-input")
@@ -195,6 +197,11 @@ def _tab(task: Task, title: str, handler: Callable, model_box: gr.Textbox | None
         table = gr.Dataframe(label="Scores per row", elem_id=f"{task.name}-table", interactive=False, wrap=True)
         download = gr.File(label="Scored file", elem_id=f"{task.name}-download", interactive=False)
         inputs = [text, upload] + ([model_box] if model_box is not None else [])
+        if task is IFD:
+            direction = gr.Radio(["IFD", "r-IFD"], value="IFD", elem_id="ifd-direction",
+                                 label="IFD: how much the instruction helps predict the answer; r-IFD: how much "
+                                       "the answer helps predict the instruction")
+            inputs.append(direction)
         button.click(handler, inputs=inputs, outputs=[table, summary, chart, download], api_name=task.name)
         if task is IFD:
             with gr.Row():
@@ -202,7 +209,7 @@ def _tab(task: Task, title: str, handler: Callable, model_box: gr.Textbox | None
                 below_one = gr.Checkbox(value=True, label="Drop rows with IFD above 1 first (Cherry_LLM)")
                 pick = gr.Button("Select rows", elem_id="ifd-select")
             selected = gr.File(label="Selected rows", elem_id="ifd-selected", interactive=False)
-            pick.click(select_handler, inputs=[download, top, below_one], outputs=selected, api_name=False)
+            pick.click(select_handler, inputs=[download, top, below_one, direction], outputs=selected, api_name=False)
         if task is PERPLEXITY:
             with gr.Row():
                 row = gr.Number(value=1, precision=0, minimum=1, label="Row whose tokens to show")
@@ -219,8 +226,8 @@ def build_demo(default_model: str = DEFAULT_MODEL_ID) -> gr.Blocks:
         model_box = gr.Textbox(value=default_model, label="Model for Perplexity, IFD and Information Parity",
                                elem_id="model-id")
         with gr.Tabs():
-            for task, title, handler, description in TABS:
-                _tab(task, title, handler, model_box if task is not IFEVAL else None, description)
+            for task, handler in TABS:
+                _tab(task, handler, model_box if task is not IFEVAL else None)
     return demo
 
 

@@ -66,6 +66,8 @@ class Task:
     parse_text: Callable[[str], list[dict[str, Any]]]
     help: str
     example: str
+    title: str = ""
+    description: str = ""
     #: Input columns shown in the table, with their cell width.
     shown: Mapping[str, int] = None
     #: Per-row output name -> key of the scorer's result.
@@ -90,7 +92,9 @@ class Task:
 
 
 PERPLEXITY = Task(
-    name="perplexity", scorer=PerplexityScorer,
+    name="perplexity", scorer=PerplexityScorer, title="Perplexity",
+    description="Perplexity of each text: exp of the mean negative log-likelihood of its tokens. Lower means the "
+    "model finds the text more predictable.",
     parse_text=_jsonl_or(lambda text: [{"text": line} for line in text.splitlines() if line.strip()]),
     help="One text per line, or JSONL rows with a `text` field (for texts with line breaks).",
     example="\n".join(["The cat sat on the mat.", "Paris is the capital of France.",
@@ -110,7 +114,9 @@ IFD_CONVERSATIONS = Task(
 )
 
 IFD = Task(
-    name="ifd", scorer=IFDScorer, conversations=IFD_CONVERSATIONS,
+    name="ifd", scorer=IFDScorer, conversations=IFD_CONVERSATIONS, title="IFD",
+    description="IFD of each row: perplexity of the output given the instruction, divided by the perplexity of the "
+    "output alone. Low IFD: the instruction makes the output much easier to predict.",
     parse_text=_jsonl_or(lambda text: parse_tab_separated(text, ("instruction", "input", "output"),
                                                           {2: ("instruction", "output")})),
     help="JSONL rows with `instruction`, optional `input`, and `output`; "
@@ -130,8 +136,18 @@ IFD = Task(
     summary_keys=("mean_ifd",), chart=("IFD per row (above 1: the instruction does not help)", "IFD"),
 )
 
+IFD_REVERSE = Task(
+    name="ifd", scorer=IFDScorer, scorer_options={"direction": "reverse"}, parse_text=IFD.parse_text,
+    help=IFD.help, example=IFD.example, shown=IFD.shown,
+    outputs={"r_ifd": "ifd_scores", "conditional_perplexity": "conditional_perplexities",
+             "direct_perplexity": "direct_perplexities"},
+    summary_keys=("mean_ifd",), chart=("r-IFD per row (below 1: the answer helps predict the instruction)", "r-IFD"),
+)
+
 PARITY = Task(
-    name="information_parity", scorer=InformationParityScorer,
+    name="information_parity", scorer=InformationParityScorer, title="Information Parity",
+    description="Information Parity of each pair: the reference's negative log-likelihood divided by the "
+    "prediction's. Near 1: the model encodes the prediction as efficiently as the reference.",
     parse_text=_jsonl_or(lambda text: parse_tab_separated(text, ("reference", "prediction"), {})),
     help="One pair per line as `reference<TAB>prediction` (the reference is usually English), "
     "or JSONL rows with `reference` and `prediction` fields.",
@@ -144,7 +160,9 @@ PARITY = Task(
 )
 
 IFEVAL = Task(
-    name="ifeval", scorer=IFEvalScorer, parse_text=parse_jsonl,
+    name="ifeval", scorer=IFEvalScorer, parse_text=parse_jsonl, title="IFEval",
+    description="IFEval: does each response follow its verifiable instructions? Strict and loose scoring as in "
+    "Google's IFEval; the chart shows the pass rate of each instruction id.",
     help="JSONL rows with the model's `response`, and the IFEval `instruction_id_list` and `kwargs` "
     "(optional `key` and `prompt`). In a CSV upload, the list columns hold JSON.",
     example=_jsonl([

@@ -245,3 +245,16 @@ def test_token_view_colours_each_token_of_the_chosen_row_by_its_loss(app, tiny_m
     assert max(score for _, score in shown) == 1.0 and min(score for _, score in shown) > 0
     with pytest.raises(gradio.Error, match="pick a row from 1 to 2"):
         app.tokens_handler("a\nb", None, tiny_model_dir, 5)
+
+
+def test_the_ifd_tab_gives_reverse_ifd_on_request(app, tiny_model_dir):
+    from hf_adapters.ifd import compute_ifd
+
+    rows = [{"instruction": "Name a colour.", "input": "", "output": "Blue."},
+            {"instruction": "Translate.", "input": "chat", "output": "cat"}]
+    table, summary, _, path = app.ifd_handler("\n".join(json.dumps(row) for row in rows), None, tiny_model_dir,
+                                              "r-IFD")
+    expected = compute_ifd([r["instruction"] for r in rows], [r["output"] for r in rows], [r["input"] for r in rows],
+                           model_id=tiny_model_dir, direction="reverse")["ifd_scores"]
+    assert list(table["r_ifd"]) == pytest.approx(expected, rel=1e-6)
+    assert [json.loads(line)["r_ifd"] for line in open(path, encoding="utf-8")] == pytest.approx(expected, rel=1e-6)
