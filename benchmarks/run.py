@@ -43,6 +43,9 @@ from benchmarks.references import (  # noqa: E402
     text_ids,
 )
 from hf_adapters.cpu_kernels import (  # noqa: E402
+    LONG_MEASURE_ROWS,
+    LONG_ROWS,
+    LinearKernelChoice,
     choose_cpu_linear,
     cpu_flags,
     cpu_has_native_bfloat16,
@@ -399,6 +402,7 @@ class KernelReport:
     reason: str
     peaks: dict[str, float]  # 2048 x 2048 products: each float32 kernel, and "bfloat16"
     model_rates: dict[str, float]  # each float32 kernel on the model's weight shapes, measured again here
+    long: LinearKernelChoice | None = None  # the choice for batches of LONG_ROWS+ positions
 
     @property
     def chosen_share(self) -> float:
@@ -426,7 +430,8 @@ def measure_kernels(model, device: torch.device, rows: int = 512) -> KernelRepor
         return KernelReport("default", f"{device.type}: PyTorch's own kernels", peaks, {"default": peaks["default"]})
     choice = choose_cpu_linear(model)
     rates = measure_linear_rates(linear_shapes(model), rows=rows, repeats=10)
-    return KernelReport(choice.kernel, choice.reason, peaks, {k: rates[k] for k in kernels})
+    return KernelReport(choice.kernel, choice.reason, peaks, {k: rates[k] for k in kernels},
+                        choose_cpu_linear(model, rows=LONG_ROWS))
 
 
 def kernel_lines(report: KernelReport, device: torch.device) -> list[str]:
@@ -442,6 +447,12 @@ def kernel_lines(report: KernelReport, device: torch.device) -> list[str]:
         f"- Float32 linear kernel: **{names[report.chosen]}** ({report.reason}); on the model's weight shapes "
         "(512 rows, best of 10, measured again after the choice): "
         + ", ".join(f"{names[k]} {rate / 1e9:.1f} GFLOP/s" for k, rate in report.model_rates.items()),
+        *([f"- Float32 linear kernel for batches of {LONG_ROWS}+ positions: **{names[report.long.kernel]}** "
+           f"({report.long.reason}"
+           + (f"; at {LONG_MEASURE_ROWS} rows: " + ", ".join(f"{names[k]} {rate / 1e9:.1f} GFLOP/s"
+                                                            for k, rate in report.long.rates.items())
+              if report.long.rates else "") + ")"]
+          if report.long is not None else []),
     ]
 
 

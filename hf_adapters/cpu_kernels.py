@@ -5,10 +5,13 @@ PyTorch's x86 builds send float32 matrix products to MKL; oneDNN, bundled with t
 does its own dispatch. Which is faster depends on the processor: ``make bench`` measured a
 2048 x 2048 product at about 420 GFLOP/s through oneDNN against MKL's 190 on a 2-core AMD EPYC
 with AVX-512 (Zen 4), and 137 against 131 on one with AVX2 only (Zen 3); a Zen 3 machine has also
-been seen where MKL was the faster. So the first time a model is scored in a process,
-both run the model's own linear-layer shapes for a fraction of a second and the faster one is
-used from then on. Both compute in float32 and differ only in the order of the sums, as
-different batch shapes already make them differ. ``HF_ADAPTERS_CPU_LINEAR=auto|onednn|default``
+been seen where MKL was the faster, and on one (2026-11-23) oneDNN won at 128 to 512 positions per
+product but MKL at 1024 and 2048, by up to 17%. So the first time a model is scored in a process, both run the
+model's own linear-layer shapes for a fraction of a second, at 128 positions, and the faster one
+is used from then on; a batch of at least ``LONG_ROWS`` positions (long documents and histories)
+gets its own choice, measured the same way at 1024 positions the first time one comes. Both
+compute in float32 and differ only in the order of the sums, as different batch shapes already
+make them differ. ``HF_ADAPTERS_CPU_LINEAR=auto|onednn|default``
 overrides the choice.
 
 bfloat16 matrix products are fast only where the processor multiplies bfloat16 natively (x86:
@@ -40,6 +43,9 @@ CPU_LINEAR_ENV = "HF_ADAPTERS_CPU_LINEAR"
 CPU_LINEAR_SETTINGS = ("auto", "onednn", "default")
 #: Rows (token positions) of the products timed for each of the model's weight shapes.
 MEASURE_ROWS = 128
+#: Batches of at least this many positions (rows x padded length) use the choice measured at ``LONG_MEASURE_ROWS``.
+LONG_ROWS = 768
+LONG_MEASURE_ROWS = 1024
 #: Output features a timed product keeps at most: the output layer's rows are timed on a slice and scaled.
 MEASURE_MAX_OUTPUTS = 4096
 MEASURE_REPEATS = 3
@@ -170,12 +176,14 @@ def cpu_linear_setting() -> str:
 
 
 _measured: dict[frozenset, LinearKernelChoice] = {}
+_measured_long: dict[frozenset, LinearKernelChoice] = {}
 
 
-def choose_cpu_linear(model: torch.nn.Module) -> LinearKernelChoice:
+def choose_cpu_linear(model: torch.nn.Module, rows: int | None = None) -> LinearKernelChoice:
     """The kernel for the model's float32 CPU linear layers: forced by ``HF_ADAPTERS_CPU_LINEAR``,
     else the faster of the default BLAS and oneDNN on the model's weight shapes, measured once per
-    process and set of shapes and logged at INFO."""
+    process and set of shapes and logged at INFO. A batch of ``rows`` positions at or above
+    ``LONG_ROWS`` gets the choice measured at ``LONG_MEASURE_ROWS`` positions."""
     setting = cpu_linear_setting()
     if setting == "default":
         return LinearKernelChoice("default", f"forced by {CPU_LINEAR_ENV}")
@@ -187,24 +195,27 @@ def choose_cpu_linear(model: torch.nn.Module) -> LinearKernelChoice:
     if not shapes:
         return LinearKernelChoice("default", "no float32 linear layer on the CPU")
     key = frozenset(shapes.items())
-    if key not in _measured:
-        rates = measure_linear_rates(shapes)
+    long = rows is not None and rows >= LONG_ROWS
+    measured = _measured_long if long else _measured
+    if key not in measured:
+        rates = measure_linear_rates(shapes, rows=LONG_MEASURE_ROWS) if long else measure_linear_rates(shapes)
         kernel = max(rates, key=rates.get)
-        _measured[key] = LinearKernelChoice(kernel, "measured", rates)
+        measured[key] = LinearKernelChoice(kernel, "measured", rates)
         logger.info(
-            "CPU float32 linear layers run on %s: on this model's shapes the default BLAS ran at %.1f GFLOP/s "
+            "CPU float32 linear layers run on %s%s: on this model's shapes the default BLAS ran at %.1f GFLOP/s "
             "and oneDNN at %.1f GFLOP/s (set %s to override).",
-            "oneDNN" if kernel == "onednn" else "the default BLAS", rates["default"] / 1e9, rates["onednn"] / 1e9,
+            "oneDNN" if kernel == "onednn" else "the default BLAS",
+            f" in batches of {LONG_ROWS}+ positions" if long else "", rates["default"] / 1e9, rates["onednn"] / 1e9,
             CPU_LINEAR_ENV,
         )
-    return _measured[key]
+    return measured[key]
 
 
-def cpu_linear_kernel(model: torch.nn.Module) -> contextlib.AbstractContextManager:
-    """Context in which the model's float32 CPU linear layers run on the chosen kernel
-    (:func:`choose_cpu_linear`); a no-op for models off the CPU."""
+def cpu_linear_kernel(model: torch.nn.Module, rows: int | None = None) -> contextlib.AbstractContextManager:
+    """Context in which the model's float32 CPU linear layers run on the kernel chosen for batches of
+    ``rows`` positions (:func:`choose_cpu_linear`); a no-op for models off the CPU."""
     device = next(model.parameters()).device
-    if device.type != "cpu" or choose_cpu_linear(model).kernel != "onednn":
+    if device.type != "cpu" or choose_cpu_linear(model, rows).kernel != "onednn":
         return contextlib.nullcontext()
     return OneDNNLinear()
 

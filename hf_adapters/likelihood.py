@@ -334,16 +334,18 @@ def score_continuations(
     show = progress if progress is not None else len(batches) > 8
     check_cpu_dtype(model)
     with tqdm(total=sum(len(item.input_ids) for item in scorable), desc=desc, unit="tok",
-              disable=not show) as bar, cpu_linear_kernel(model):
+              disable=not show) as bar:
         for batch_indices in batches:
             batch = [scorable[i] for i in batch_indices]
-            if token_losses:
-                for item, (nll, losses) in zip(batch, _score_batch_with_tokens(model, batch, pad_id, packing),
-                                               strict=True):
-                    results[item.index] = ContinuationScore(nll, len(losses), item.truncated, losses)
-            else:
-                for item, nll in zip(batch, _score_batch(model, batch, pad_id, packing), strict=True):
-                    results[item.index] = ContinuationScore(nll, len(item.input_ids) - item.first_scored,
-                                                            item.truncated)
+            positions = len(batch) * max(len(item.input_ids) for item in batch)
+            with cpu_linear_kernel(model, positions):
+                if token_losses:
+                    for item, (nll, losses) in zip(batch, _score_batch_with_tokens(model, batch, pad_id, packing),
+                                                   strict=True):
+                        results[item.index] = ContinuationScore(nll, len(losses), item.truncated, losses)
+                else:
+                    for item, nll in zip(batch, _score_batch(model, batch, pad_id, packing), strict=True):
+                        results[item.index] = ContinuationScore(nll, len(item.input_ids) - item.first_scored,
+                                                                item.truncated)
             bar.update(sum(len(item.input_ids) for item in batch))
     return results  # type: ignore[return-value]

@@ -137,6 +137,31 @@ def test_measured_once_per_set_of_weight_shapes(model, tokenizer, fresh_choice):
     assert len(measured) == (2 if onednn_linear_available() else 0)
 
 
+@needs_onednn
+def test_long_batches_get_their_own_choice_measured_at_long_shapes(model, tokenizer, monkeypatch, onednn_calls):
+    monkeypatch.setattr(cpu_kernels, "_measured", {})
+    monkeypatch.setattr(cpu_kernels, "_measured_long", {})
+    monkeypatch.delenv(CPU_LINEAR_ENV, raising=False)
+    measured = []
+
+    def measure(shapes, rows=cpu_kernels.MEASURE_ROWS):
+        measured.append(rows)  # oneDNN wins short products, the default BLAS long ones
+        return {"default": 2e9, "onednn": 1e9} if rows >= cpu_kernels.LONG_ROWS else {"default": 1e9, "onednn": 2e9}
+
+    monkeypatch.setattr(cpu_kernels, "measure_linear_rates", measure)
+    assert choose_cpu_linear(model).kernel == "onednn"
+    assert choose_cpu_linear(model, rows=cpu_kernels.LONG_ROWS - 1).kernel == "onednn"
+    assert choose_cpu_linear(model, rows=cpu_kernels.LONG_ROWS).kernel == "default"
+    assert measured == [cpu_kernels.MEASURE_ROWS, cpu_kernels.LONG_MEASURE_ROWS]
+    long_text = tokenizer("word " * 400, add_special_tokens=False).input_ids[:500]
+    onednn_calls.clear()
+    score_continuations(model, tokenizer, [([], long_text)] * 2, batch_size=2, max_batch_tokens=None,
+                        max_padding=1.0)
+    assert not any(onednn_calls)  # 2 x 501 positions: the long choice, the default BLAS
+    score_once(model, tokenizer)
+    assert any(onednn_calls)  # a short batch: oneDNN
+
+
 @pytest.mark.parametrize("setting", ["default", "onednn"])
 def test_the_environment_variable_forces_a_kernel_without_measuring(model, tokenizer, fresh_choice, onednn_calls,
                                                                     monkeypatch, setting):
