@@ -9,6 +9,7 @@ Scores do not depend on batch size, order or padding beyond float rounding.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 from collections.abc import Sequence
@@ -204,7 +205,8 @@ def _token_nlls(model: PreTrainedModel, batch: list[_Prepared], pad_id: int,
     body, head = model.base_model, model.get_output_embeddings()
     postprocess = _logit_postprocessor(model)
     device = head.weight.device
-    sequences = [_fed_tokens(item, model_max_length(model)) for item in batch]
+    limit = model_max_length(model)
+    sequences = [_fed_tokens(item, limit) for item in batch]
     inputs, offsets = _packed_inputs(sequences) if packed else _padded_inputs(sequences, pad_id)
     items, positions, targets = [], [], []
     for index, (item, offset) in enumerate(zip(batch, offsets, strict=True)):
@@ -242,7 +244,7 @@ def _score_batch_with_tokens(model: PreTrainedModel, batch: list[_Prepared], pad
     items, token_nll = _token_nlls(model, batch, pad_id, packed)
     per_token = token_nll.tolist()
     counts = [len(item.input_ids) - item.first_scored for item in batch]
-    starts = [sum(counts[:i]) for i in range(len(counts))]
+    starts = list(itertools.accumulate(counts[:-1], initial=0))
     return [(total, tuple(per_token[start:start + count]))
             for total, start, count in zip(_sums(items, token_nll, len(batch)), starts, counts, strict=True)]
 
