@@ -4,7 +4,9 @@ Items are scored in length-sorted batches bounded by a token budget. The output 
 at scored positions, so no batch x length x vocabulary tensor of unscored positions is built, and
 log-softmax runs in float32 whatever the model's dtype. On the CPU, float32 linear layers run on
 the faster of the default BLAS and oneDNN, measured on the model (:mod:`hf_adapters.cpu_kernels`).
-Scores do not depend on batch size, order or padding beyond float rounding.
+An item whose whole sequence begins the next item's (the turns of one conversation, a repeated
+row) is scored within that item's forward pass. Scores do not depend on batch size, order or
+padding beyond float rounding.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import itertools
 import logging
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -81,6 +83,28 @@ class _Prepared:
     input_ids: list[int]
     first_scored: int  # position of the first continuation token in input_ids
     truncated: bool
+    #: Items whose whole sequence begins this one's: scored in its forward pass.
+    guests: tuple[_Prepared, ...] = ()
+
+    @property
+    def units(self) -> tuple[_Prepared, ...]:
+        """The items this sequence's forward pass scores: itself, then its guests."""
+        return (self, *self.guests)
+
+
+def host_prefixes(items: Sequence[_Prepared]) -> list[_Prepared]:
+    """The items to run, each holding as guests the items before it (in order) whose whole sequence
+    begins its own, such as the turns of one conversation: a causal model's output at a position
+    depends only on the tokens up to it, so the guests' scores come from the host's pass, with no
+    forward pass of their own."""
+    hosts: list[_Prepared] = []
+    for item in items:
+        if hosts and len(hosts[-1].input_ids) <= len(item.input_ids) and \
+                item.input_ids[: len(hosts[-1].input_ids)] == hosts[-1].input_ids:
+            previous = hosts.pop()
+            item = replace(item, guests=(*previous.guests, replace(previous, guests=())))
+        hosts.append(item)
+    return hosts
 
 
 def start_token_id(tokenizer: PreTrainedTokenizerBase) -> int:
@@ -201,7 +225,8 @@ def _packed_inputs(sequences: list[list[int]]) -> tuple[dict[str, torch.Tensor |
 @torch.inference_mode()
 def _token_nlls(model: PreTrainedModel, batch: list[_Prepared], pad_id: int,
                 packed: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """The NLL of every scored token of a batch (float64), and the index of the item each belongs to."""
+    """The NLL of every scored token of a batch (float64), and the index of the unit (an item of
+    the batch or one of its guests, in the order of ``units``) each belongs to."""
     body, head = model.base_model, model.get_output_embeddings()
     postprocess = _logit_postprocessor(model)
     device = head.weight.device
@@ -209,7 +234,8 @@ def _token_nlls(model: PreTrainedModel, batch: list[_Prepared], pad_id: int,
     sequences = [_fed_tokens(item, limit) for item in batch]
     inputs, offsets = _packed_inputs(sequences) if packed else _padded_inputs(sequences, pad_id)
     items, positions, targets = [], [], []
-    for index, (item, offset) in enumerate(zip(batch, offsets, strict=True)):
+    units = ((unit, offset) for host, offset in zip(batch, offsets, strict=True) for unit in host.units)
+    for index, (item, offset) in enumerate(units):
         # The logits at position p predict the token at p + 1.
         scored = range(offset + item.first_scored - 1, offset + len(item.input_ids) - 1)
         items.extend([index] * len(scored))
@@ -233,20 +259,25 @@ def _sums(items: torch.Tensor, token_nll: torch.Tensor, count: int) -> list[floa
     return sums.tolist()
 
 
+def _units(batch: list[_Prepared]) -> list[_Prepared]:
+    return [unit for host in batch for unit in host.units]
+
+
 def _score_batch(model: PreTrainedModel, batch: list[_Prepared], pad_id: int, packed: bool) -> list[float]:
-    """Each item's total NLL."""
-    return _sums(*_token_nlls(model, batch, pad_id, packed), len(batch))
+    """Each unit's total NLL (the batch's items and their guests, in the order of ``_units``)."""
+    return _sums(*_token_nlls(model, batch, pad_id, packed), len(_units(batch)))
 
 
 def _score_batch_with_tokens(model: PreTrainedModel, batch: list[_Prepared], pad_id: int,
                              packed: bool) -> list[tuple[float, tuple[float, ...]]]:
-    """Each item's total NLL and the NLL of each of its scored tokens."""
+    """Each unit's total NLL and the NLL of each of its scored tokens."""
     items, token_nll = _token_nlls(model, batch, pad_id, packed)
     per_token = token_nll.tolist()
-    counts = [len(item.input_ids) - item.first_scored for item in batch]
+    units = _units(batch)
+    counts = [len(item.input_ids) - item.first_scored for item in units]
     starts = list(itertools.accumulate(counts[:-1], initial=0))
     return [(total, tuple(per_token[start:start + count]))
-            for total, start, count in zip(_sums(items, token_nll, len(batch)), starts, counts, strict=True)]
+            for total, start, count in zip(_sums(items, token_nll, len(units)), starts, counts, strict=True)]
 
 
 def uses_varlen_attention(model: PreTrainedModel) -> bool:
@@ -324,6 +355,7 @@ def score_continuations(
         logger.warning("Item %d has no token to score (%s); its score is NaN.", item.index, reason)
         results[item.index] = ContinuationScore(math.nan, 0, item.truncated, () if token_losses else None)
 
+    scorable = host_prefixes(scorable)
     on_cpu = model.get_output_embeddings().weight.device.type == "cpu"
     if max_batch_tokens is None:
         max_batch_tokens = CPU_MAX_BATCH_TOKENS if on_cpu else DEFAULT_MAX_BATCH_TOKENS
@@ -342,11 +374,11 @@ def score_continuations(
             positions = len(batch) * max(len(item.input_ids) for item in batch)
             with cpu_linear_kernel(model, positions):
                 if token_losses:
-                    for item, (nll, losses) in zip(batch, _score_batch_with_tokens(model, batch, pad_id, packing),
-                                                   strict=True):
+                    for item, (nll, losses) in zip(_units(batch), _score_batch_with_tokens(model, batch, pad_id,
+                                                                                           packing), strict=True):
                         results[item.index] = ContinuationScore(nll, len(losses), item.truncated, losses)
                 else:
-                    for item, nll in zip(batch, _score_batch(model, batch, pad_id, packing), strict=True):
+                    for item, nll in zip(_units(batch), _score_batch(model, batch, pad_id, packing), strict=True):
                         results[item.index] = ContinuationScore(nll, len(item.input_ids) - item.first_scored,
                                                                 item.truncated)
             bar.update(sum(len(item.input_ids) for item in batch))

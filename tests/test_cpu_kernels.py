@@ -155,7 +155,7 @@ def test_long_batches_get_their_own_choice_measured_at_long_shapes(model, tokeni
     assert measured == [cpu_kernels.MEASURE_ROWS, cpu_kernels.LONG_MEASURE_ROWS]
     long_text = tokenizer("word " * 400, add_special_tokens=False).input_ids[:500]
     onednn_calls.clear()
-    score_continuations(model, tokenizer, [([], long_text)] * 2, batch_size=2, max_batch_tokens=None,
+    score_continuations(model, tokenizer, [([], long_text), ([], long_text[::-1])], batch_size=2, max_batch_tokens=None,
                         max_padding=1.0)
     assert not any(onednn_calls)  # 2 x 501 positions: the long choice, the default BLAS
     score_once(model, tokenizer)

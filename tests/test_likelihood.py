@@ -235,3 +235,24 @@ def test_packing_is_the_default_for_flash_attention_models(model, tokenizer, mon
     monkeypatch.setattr(model.config, "_attn_implementation", "flash_attention_2")
     score_continuations(model, tokenizer, items)
     assert layouts[0] is False and layouts[-1] is True
+
+
+def test_an_item_that_begins_the_next_one_is_scored_in_its_forward_pass(model, tokenizer):
+    # Two turns of one conversation, then a repeated row: three forward sequences, not five.
+    history = tokenizer("User: Name a colour.\nAssistant:", add_special_tokens=False).input_ids
+    answer = tokenizer(" Blue.", add_special_tokens=False).input_ids
+    follow_up = history + answer + tokenizer("\nUser: Another?\nAssistant:", add_special_tokens=False).input_ids
+    second = tokenizer(" Red is one too.", add_special_tokens=False).input_ids
+    other = tokenizer("Write a short poem about the sea.", add_special_tokens=False).input_ids
+    items = [(history, answer), (follow_up, second), ([], other), ([], other), (follow_up[:4], follow_up[4:9])]
+    sequences = []
+    hook = model.base_model.register_forward_hook(lambda module, args, kwargs, output: sequences.append(
+        kwargs["input_ids"].shape[0]), with_kwargs=True)
+    try:
+        scores = score_continuations(model, tokenizer, items, batch_size=1, token_losses=True)
+    finally:
+        hook.remove()
+    assert sum(sequences) == 3
+    start = tokenizer.bos_token_id
+    assert_exact([s.nll for s in scores], lambda m: [naive_nll(m, c, a, start)[0] for c, a in items], model)
+    assert [len(s.token_nlls) for s in scores] == [len(a) for _, a in items]
