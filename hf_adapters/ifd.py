@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from .conventions import PEER_CONVENTIONS, Pair, check_convention, peer_ifd_pairs
 from .conversations import turn_pairs
 from .likelihood import ContinuationScore, combined, effective_max_length, score_continuations
 from .models import DEFAULT_MODEL_ID, model_and_tokenizer
@@ -195,15 +196,86 @@ def score_pairs(
     progress: bool | None,
     token_losses: bool = False,
 ) -> list[tuple[ContinuationScore, ContinuationScore] | None]:
-    """The conditional and direct scores of each pair (None stays None), both passes in one call of
-    the core: the direct pass scores the same (cut) answer ids after an empty context."""
+    """The conditional and direct scores of each pair (None stays None): the direct pass scores the
+    same (cut) answer ids after an empty context."""
+    return score_pass_pairs(
+        model, tokenizer, [None if item is None else (item, ([], item[1])) for item in items],
+        max_length=max_length, batch_size=batch_size, progress=progress, token_losses=token_losses,
+    )
+
+
+def score_pass_pairs(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    items: Sequence[tuple[Pair, Pair] | None],
+    *,
+    max_length: int | None,
+    batch_size: int,
+    progress: bool | None,
+    token_losses: bool = False,
+) -> list[tuple[ContinuationScore, ContinuationScore] | None]:
+    """The scores of each (conditional pair, direct pair) (None stays None), both passes of all rows
+    in one call of the core."""
     valid = [item for item in items if item is not None]
     scores = score_continuations(
-        model, tokenizer, valid + [([], answer) for _, answer in valid],
+        model, tokenizer, [conditional for conditional, _ in valid] + [direct for _, direct in valid],
         max_length=max_length, batch_size=batch_size, progress=progress, desc="IFD", token_losses=token_losses,
     )
     pairs = iter(zip(scores[: len(valid)], scores[len(valid):], strict=True))
     return [None if item is None else next(pairs) for item in items]
+
+
+def ifd_result(pairs: Sequence[tuple[ContinuationScore, ContinuationScore] | None], mode: str) -> dict:
+    """The result of :func:`compute_ifd` from each row's two scores (None: NaN)."""
+    ifd = [math.nan if pair is None else ifd_ratio(*pair, mode) for pair in pairs]
+    return {
+        "ifd_scores": ifd,
+        "conditional_perplexities": [math.nan if pair is None else pair[0].perplexity for pair in pairs],
+        "direct_perplexities": [math.nan if pair is None else pair[1].perplexity for pair in pairs],
+        "mean_ifd": _mean(ifd),
+        "num_valid": sum(not math.isnan(score) for score in ifd),
+    }
+
+
+def convention_settings(
+    convention: str, template: str | None, template_no_input: str | None, mode: str | None
+) -> tuple[str, str, str]:
+    """The prompt templates and ratio to use: those given, else the convention's (for ``exact`` and
+    ``opendataarena``: the seed's ChatML and ``ppl_ratio``)."""
+    peer = PEER_CONVENTIONS.get(convention)
+    defaults = (peer.template, peer.template_no_input, peer.mode) if peer else (None, None, "ppl_ratio")
+    template = template if template is not None else defaults[0] or DEFAULT_TEMPLATE
+    template_no_input = template_no_input if template_no_input is not None else defaults[1] or DEFAULT_TEMPLATE_NO_INPUT
+    return template, template_no_input, mode if mode is not None else defaults[2]
+
+
+def peer_items(
+    tokenizer: PreTrainedTokenizerBase,
+    convention: str,
+    instructions: Sequence[str],
+    outputs: Sequence[str],
+    inputs: Sequence[str],
+    *,
+    template: str,
+    template_no_input: str,
+    max_length: int | None,
+    first_row: int = 0,
+) -> list[tuple[Pair, Pair] | None]:
+    """Per row, the (conditional, direct) pairs a peer's code scores (see :mod:`hf_adapters.conventions`),
+    or None where it gives no score (a warning counts those rows)."""
+    peer = PEER_CONVENTIONS[convention]
+    if max_length is None:
+        raise ValueError(f"convention={convention!r} cuts the passes by `max_length`: pass one (the model "
+                         "does not say how many positions it has).")
+    prompts = [prompt_text(tokenizer, instruction, input, template, template_no_input)
+               for instruction, input in zip(instructions, inputs, strict=True)]
+    items = peer_ifd_pairs(tokenizer, peer, prompts, outputs, max_length)
+    if unscored := [row for row, item in enumerate(items, first_row) if item is None]:
+        logger.warning("%d row(s) get no IFD under convention=%r (an empty answer, no answer token left within "
+                       "max_length=%d%s): rows %s%s.", len(unscored), convention, max_length,
+                       ", or skipped by its selection script" if peer.unrated_when_long else "",
+                       ", ".join(map(str, unscored[:5])), "..." if len(unscored) > 5 else "")
+    return items
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -218,21 +290,29 @@ def score_ifd(
     outputs: Sequence[str],
     inputs: Sequence[str],
     *,
-    template: str = DEFAULT_TEMPLATE,
-    template_no_input: str = DEFAULT_TEMPLATE_NO_INPUT,
+    template: str | None = None,
+    template_no_input: str | None = None,
     max_length: int | None = DEFAULT_MAX_LENGTH,
     batch_size: int = DEFAULT_BATCH_SIZE,
-    mode: str = "ppl_ratio",
+    mode: str | None = None,
     progress: bool | None = None,
     first_row: int = 0,
     direction: str = "forward",
     reverse_template: str = DEFAULT_REVERSE_TEMPLATE,
     return_token_losses: bool = False,
+    convention: str = "exact",
 ) -> dict:
     """IFD (``direction="reverse"``: r-IFD) of validated rows with a loaded model: the body of :func:`compute_ifd`."""
+    template, template_no_input, mode = convention_settings(convention, template, template_no_input, mode)
     if template == CHAT_TEMPLATE and not tokenizer.chat_template:
         raise ValueError("template='chat' needs a tokenizer with a chat template; this one has none.")
     max_length = effective_max_length(model, max_length)
+    if convention != "exact":
+        items = peer_items(tokenizer, convention, instructions, outputs, inputs, template=template,
+                           template_no_input=template_no_input, max_length=max_length, first_row=first_row)
+        # The peers' direct pass may be a few tokens longer than max_length: only the model's limit applies.
+        pairs = score_pass_pairs(model, tokenizer, items, max_length=None, batch_size=batch_size, progress=progress)
+        return ifd_result(pairs, mode)
     if direction == "reverse":
         items, truncated = reverse_items(tokenizer, instructions, outputs, inputs, reverse_template=reverse_template,
                                          max_length=max_length, first_row=first_row)
@@ -245,14 +325,7 @@ def score_ifd(
         logger.warning("%d row(s) were longer than max_length=%s; their outputs were truncated.", truncated, max_length)
     pairs = score_pairs(model, tokenizer, items, max_length=max_length, batch_size=batch_size, progress=progress,
                         token_losses=return_token_losses)
-    ifd = [math.nan if pair is None else ifd_ratio(*pair, mode) for pair in pairs]
-    result = {
-        "ifd_scores": ifd,
-        "conditional_perplexities": [math.nan if pair is None else pair[0].perplexity for pair in pairs],
-        "direct_perplexities": [math.nan if pair is None else pair[1].perplexity for pair in pairs],
-        "mean_ifd": _mean(ifd),
-        "num_valid": sum(not math.isnan(score) for score in ifd),
-    }
+    result = ifd_result(pairs, mode)
     if return_token_losses:
         result["tokens"] = [[] if item is None else token_strings(tokenizer, item[1]) for item in items]
         result["conditional_token_losses"] = [[] if pair is None else list(pair[0].token_nlls) for pair in pairs]
@@ -318,11 +391,17 @@ def score_conversation_ifd(
     }
 
 
-def check_options(max_length: int | None, batch_size: int, mode: str, direction: str = "forward",
-                  reverse_template: str = DEFAULT_REVERSE_TEMPLATE) -> None:
-    """Raise a ValueError for an unknown mode or direction, a reverse template without only
-    ``{output}``, or a non-positive length or batch size."""
-    if mode not in MODES:
+def check_options(max_length: int | None, batch_size: int, mode: str | None, direction: str = "forward",
+                  reverse_template: str = DEFAULT_REVERSE_TEMPLATE, convention: str = "exact",
+                  return_token_losses: bool = False) -> None:
+    """Raise a ValueError for an unknown mode, direction or convention, a reverse template without
+    only ``{output}``, a non-positive length or batch size, or a peer's convention with what the peer
+    does not have (r-IFD, token losses)."""
+    check_convention(convention)
+    if convention != "exact" and (direction != "forward" or return_token_losses):
+        raise ValueError(f"convention={convention!r} reproduces the peer's forward IFD only: "
+                         "`direction='reverse'` and `return_token_losses` need convention='exact'.")
+    if mode is not None and mode not in MODES:
         raise ValueError(f"Unknown mode {mode!r}; valid modes: {list(MODES)}")
     if direction not in DIRECTIONS:
         raise ValueError(f"Unknown direction {direction!r}; valid directions: {list(DIRECTIONS)}")
@@ -341,11 +420,12 @@ def compute_ifd(
     inputs: Sequence[str | None] | None = None,
     *,
     model_id: str = DEFAULT_MODEL_ID,
-    template: str = DEFAULT_TEMPLATE,
-    template_no_input: str = DEFAULT_TEMPLATE_NO_INPUT,
+    template: str | None = None,
+    template_no_input: str | None = None,
     max_length: int | None = DEFAULT_MAX_LENGTH,
     batch_size: int = DEFAULT_BATCH_SIZE,
-    mode: str = "ppl_ratio",
+    mode: str | None = None,
+    convention: str = "exact",
     direction: str = "forward",
     reverse_template: str = DEFAULT_REVERSE_TEMPLATE,
     return_token_losses: bool = False,
@@ -358,16 +438,22 @@ def compute_ifd(
     """Instruction-Following Difficulty of each (instruction, input, output) row.
 
     The prompt is ``template.format(instruction=..., input=...)`` when the row has an input, else
-    ``template_no_input.format(instruction=...)`` (``template="chat"``: the tokenizer's chat
-    template). IFD compares the output's perplexity after the prompt, PPL(A|Q), with its perplexity
-    after the start token alone, PPL(A), over the same output tokens (cut so that prompt + output
-    fit ``max_length``). ``mode="ppl_ratio"`` returns PPL(A|Q) / PPL(A); ``mode="loss_ratio"``
-    the ratio of mean NLLs. A row with an empty output, or whose prompt fills ``max_length``, gets
+    ``template_no_input.format(instruction=...)`` (default: the seed's ChatML prompts;
+    ``template="chat"``: the tokenizer's chat template). IFD compares the output's perplexity
+    after the prompt, PPL(A|Q), with its perplexity after the start token alone, PPL(A), over the
+    same output tokens (cut so that prompt + output fit ``max_length``). ``mode="ppl_ratio"``
+    (default) returns PPL(A|Q) / PPL(A); ``mode="loss_ratio"`` the ratio of mean NLLs. A row with
+    an empty output, or whose prompt fills ``max_length``, gets
     NaN and a warning. IFD > 1 (the instruction does not help) is a valid score.
 
     ``direction="reverse"`` gives r-IFD (Selective Reflection-Tuning): PPL(Q|A) / PPL(Q), the
     question Q (instruction, and input after a newline) scored after ``reverse_template`` filled
     with the answer, and after the start token alone.
+
+    ``convention`` reproduces a peer's numbers exactly: ``"cherry"`` (Cherry_LLM: Alpaca prompt,
+    ``loss_ratio``), ``"superfiltering"`` or ``"opendataarena"`` (OpenDataArena-Tool's ``IFDScorer``)
+    build the token pairs as that peer's code does (:mod:`hf_adapters.conventions`); ``template``,
+    ``template_no_input`` and ``mode`` default to the peer's.
 
     ``return_token_losses`` adds, per row, the scored answer tokens as strings (``tokens``) and
     their NLLs after the prompt (``conditional_token_losses``) and alone (``direct_token_losses``).
@@ -382,12 +468,13 @@ def compute_ifd(
         1
     """
     input_texts = check_ifd_inputs(instructions, outputs, inputs)
+    check_options(max_length, batch_size, mode, direction, reverse_template, convention, return_token_losses)
+    template, template_no_input, mode = convention_settings(convention, template, template_no_input, mode)
     check_templates(template, template_no_input)
-    check_options(max_length, batch_size, mode, direction, reverse_template)
     model, tokenizer = model_and_tokenizer(model_id, model, tokenizer, dtype, device)
     return score_ifd(
         model, tokenizer, instructions, outputs, input_texts,
         template=template, template_no_input=template_no_input, max_length=max_length,
         batch_size=batch_size, mode=mode, progress=progress, direction=direction, reverse_template=reverse_template,
-        return_token_losses=return_token_losses,
+        return_token_losses=return_token_losses, convention=convention,
     )

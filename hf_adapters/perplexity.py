@@ -11,8 +11,16 @@ import numpy as np
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from .conventions import PERPLEXITY_CONVENTIONS, check_convention, peer_text_pairs
 from .conversations import turn_pairs
-from .likelihood import ContinuationScore, combined, model_max_length, score_continuations, unwrap_model
+from .likelihood import (
+    ContinuationScore,
+    combined,
+    effective_max_length,
+    model_max_length,
+    score_continuations,
+    unwrap_model,
+)
 from .models import DEFAULT_MODEL_ID, model_and_tokenizer
 from .options import DEFAULT_BATCH_SIZE, check_lengths, check_stride
 from .texts import check_texts, rolling_items, text_items, token_strings
@@ -56,6 +64,7 @@ def compute_perplexity(
     progress: bool | None = None,
     stride: int | None = None,
     return_token_losses: bool = False,
+    convention: str = "exact",
 ) -> dict:
     """Perplexity of each text under a causal LM.
 
@@ -72,6 +81,10 @@ def compute_perplexity(
     ``return_token_losses`` adds, per text, its scored tokens as strings (``tokens``) and their NLLs
     (``token_losses``).
 
+    ``convention="opendataarena"`` scores the tokens OpenDataArena-Tool's ``PPLScorer`` scores: the
+    text tokenized with the tokenizer's default special tokens, cut to ``max_length``, every token
+    after the first (``add_start_token`` is not used; without a BOS the first token is unscored).
+
     Example:
         >>> from hf_adapters import compute_perplexity
         >>> result = compute_perplexity(["The cat sat on the mat.", ""])
@@ -81,10 +94,18 @@ def compute_perplexity(
     check_texts(predictions)
     check_lengths(max_length, batch_size)
     check_stride(stride, max_length)
+    check_perplexity_convention(convention, stride)
     model, tokenizer = model_and_tokenizer(model_id, model, tokenizer, dtype, device)
     return score_perplexity(model, tokenizer, predictions, add_start_token=add_start_token, max_length=max_length,
                             batch_size=batch_size, progress=progress, stride=stride,
-                            return_token_losses=return_token_losses)
+                            return_token_losses=return_token_losses, convention=convention)
+
+
+def check_perplexity_convention(convention: str, stride: int | None) -> None:
+    """Raise a ValueError for an unknown convention, or a peer's with ``stride`` (no peer has rolling windows)."""
+    check_convention(convention, PERPLEXITY_CONVENTIONS)
+    if convention != "exact" and stride is not None:
+        raise ValueError(f"convention={convention!r} has no rolling windows: `stride` needs convention='exact'.")
 
 
 def score_perplexity(
@@ -98,13 +119,17 @@ def score_perplexity(
     progress: bool | None = None,
     stride: int | None = None,
     return_token_losses: bool = False,
+    convention: str = "exact",
 ) -> dict:
     """Perplexity of checked texts with a loaded model: the body of :func:`compute_perplexity`."""
     if stride is not None:
         return score_rolling_perplexity(model, tokenizer, texts, max_length=max_length, stride=stride,
                                         batch_size=batch_size, progress=progress, add_start_token=add_start_token,
                                         return_token_losses=return_token_losses)
-    items = text_items(tokenizer, texts, add_start_token)
+    if convention == "opendataarena":
+        items = peer_text_pairs(tokenizer, texts, effective_max_length(model, max_length))
+    else:
+        items = text_items(tokenizer, texts, add_start_token)
     scores = score_continuations(
         model, tokenizer, items, max_length=max_length, batch_size=batch_size, progress=progress,
         desc="Perplexity", token_losses=return_token_losses,

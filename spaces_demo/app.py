@@ -31,19 +31,21 @@ import gradio as gr  # noqa: E402
 import pandas as pd  # noqa: E402
 from space_inputs import (  # noqa: E402, F401
     IFD,
-    IFD_REVERSE,
+    IFD_CONVENTION_INFO,
     IFEVAL,
     MAX_ROWS,
     PARITY,
     PERPLEXITY,
     InputError,
     Task,
+    ifd_task,
     load_rows,
 )
 from space_models import ModelRefused, load_allowed_model  # noqa: E402
 from space_outputs import clip, finite_or_none, histogram, pass_rate_chart, write_scored  # noqa: E402, F401
 from space_tools import select_scored, token_losses  # noqa: E402
 
+from hf_adapters.conventions import CONVENTIONS  # noqa: E402
 from hf_adapters.ifeval import RowResult, aggregate  # noqa: E402
 from hf_adapters.models import DEFAULT_MODEL_ID, ModelLoadError  # noqa: E402
 
@@ -153,8 +155,9 @@ perplexity_handler, parity_handler = (_model_handler(task) for task in (PERPLEXI
 
 
 @readable_errors
-def ifd_handler(text, upload, model_id, direction="IFD", progress=gr.Progress(track_tqdm=True)):  # noqa: B008
-    return score_with_model(IFD_REVERSE if direction == "r-IFD" else IFD, text, upload, model_id, progress)
+def ifd_handler(text, upload, model_id, direction="IFD", convention="exact",
+                progress=gr.Progress(track_tqdm=True)):  # noqa: B008
+    return score_with_model(ifd_task(direction, convention), text, upload, model_id, progress)
 
 
 @readable_errors
@@ -163,8 +166,8 @@ def ifeval_handler(text, upload, progress=gr.Progress(track_tqdm=True)):  # noqa
 
 
 @readable_errors
-def select_handler(scored_file, top_percent, below_one, direction):
-    return select_scored(scored_file, top_percent, below_one, "r_ifd" if direction == "r-IFD" else "ifd")
+def select_handler(scored_file, top_percent, below_one, direction, convention="exact"):
+    return select_scored(scored_file, top_percent, below_one, "r_ifd" if direction == "r-IFD" else "ifd", convention)
 
 
 @readable_errors
@@ -201,15 +204,19 @@ def _tab(task: Task, handler: Callable, model_box: gr.Textbox | None) -> None:
             direction = gr.Radio(["IFD", "r-IFD"], value="IFD", elem_id="ifd-direction",
                                  label="IFD: how much the instruction helps predict the answer; r-IFD: how much "
                                        "the answer helps predict the instruction")
-            inputs.append(direction)
+            convention = gr.Dropdown(list(CONVENTIONS), value="exact", label="Convention", info=IFD_CONVENTION_INFO,
+                                     elem_id="ifd-convention")
+            inputs += [direction, convention]
         button.click(handler, inputs=inputs, outputs=[table, summary, chart, download], api_name=task.name)
         if task is IFD:
             with gr.Row():
                 top = gr.Slider(1, 100, value=25, step=1, label="Keep the top % of rows by IFD")
-                below_one = gr.Checkbox(value=True, label="Drop rows with IFD above 1 first (Cherry_LLM)")
+                below_one = gr.Checkbox(value=True, label="Drop rows with IFD above 1 first (Cherry_LLM; the "
+                                        "cherry and superfiltering conventions always do)")
                 pick = gr.Button("Select rows", elem_id="ifd-select")
             selected = gr.File(label="Selected rows", elem_id="ifd-selected", interactive=False)
-            pick.click(select_handler, inputs=[download, top, below_one, direction], outputs=selected, api_name=False)
+            pick.click(select_handler, inputs=[download, top, below_one, direction, convention], outputs=selected,
+                       api_name=False)
         if task is PERPLEXITY:
             with gr.Row():
                 row = gr.Number(value=1, precision=0, minimum=1, label="Row whose tokens to show")

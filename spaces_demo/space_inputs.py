@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -113,15 +113,18 @@ IFD_CONVERSATIONS = Task(
     summary_keys=("mean_ifd",), chart=("IFD per conversation, over all assistant turns", "IFD"),
 )
 
+#: The IFD tab's instruction rows, as its input help describes them.
+IFD_ROWS_HELP = ("JSONL rows with `instruction`, optional `input`, and `output`; "
+                 "or one row per line as `instruction<TAB>output` or `instruction<TAB>input<TAB>output`")
+
 IFD = Task(
     name="ifd", scorer=IFDScorer, conversations=IFD_CONVERSATIONS, title="IFD",
     description="IFD of each row: perplexity of the output given the instruction, divided by the perplexity of the "
     "output alone. Low IFD: the instruction makes the output much easier to predict.",
     parse_text=_jsonl_or(lambda text: parse_tab_separated(text, ("instruction", "input", "output"),
                                                           {2: ("instruction", "output")})),
-    help="JSONL rows with `instruction`, optional `input`, and `output`; "
-    "or one row per line as `instruction<TAB>output` or `instruction<TAB>input<TAB>output`; "
-    "or JSONL conversations in `messages` (OpenAI) or `conversations` (ShareGPT), scored turn by turn.",
+    help=IFD_ROWS_HELP + "; or JSONL conversations in `messages` (OpenAI) or `conversations` (ShareGPT), "
+    "scored turn by turn.",
     example=_jsonl([
         {"instruction": "What is the capital of Australia?", "input": "",
          "output": "The capital of Australia is Canberra."},
@@ -143,6 +146,22 @@ IFD_REVERSE = Task(
              "direct_perplexity": "direct_perplexities"},
     summary_keys=("mean_ifd",), chart=("r-IFD per row (below 1: the answer helps predict the instruction)", "r-IFD"),
 )
+
+#: What the IFD tab's conventions (the library's ``CONVENTIONS``) mean.
+IFD_CONVENTION_INFO = ("exact: this library's IFD. cherry, superfiltering, opendataarena: the numbers of Cherry_LLM, "
+                       "Superfiltering or OpenDataArena-Tool (instruction rows, IFD only). With cherry or "
+                       "superfiltering, Select rows follows that project's selection script.")
+
+
+def ifd_task(direction: str = "IFD", convention: str = "exact") -> Task:
+    """The IFD tab's task for its direction (``"IFD"`` or ``"r-IFD"``) and convention; a peer's
+    convention scores instruction rows only, forward (the scorer refuses r-IFD)."""
+    task = IFD_REVERSE if direction == "r-IFD" else IFD
+    if convention == "exact":
+        return task
+    return replace(task, scorer_options={**(task.scorer_options or {}), "convention": convention}, conversations=None,
+                   help=f"{IFD_ROWS_HELP} (convention {convention!r} does not score conversations: pick exact).")
+
 
 PARITY = Task(
     name="information_parity", scorer=InformationParityScorer, title="Information Parity",

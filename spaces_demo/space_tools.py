@@ -11,17 +11,23 @@ from space_inputs import PERPLEXITY, InputError, load_rows
 from space_outputs import write_scored
 
 from hf_adapters.data_io import read_records
-from hf_adapters.selection import selection_indices
+from hf_adapters.selection import SELECTION_CONVENTIONS, selection_indices
 
 
-def select_scored(scored_file: str | None, top_percent: float, below_one: bool, column: str = "ifd") -> str:
+def select_scored(scored_file: str | None, top_percent: float, below_one: bool, column: str = "ifd",
+                  convention: str = "exact") -> str:
     """The rows of a scored file (as the tab wrote it) with the best ``top_percent`` % of ``column``,
-    rows above 1 dropped first with ``below_one`` (Cherry_LLM's rule for IFD); a new file of the same format."""
+    rows above 1 dropped first with ``below_one`` (Cherry_LLM's rule for IFD); a new file of the same format.
+
+    An IFD ``convention`` with a selection script (cherry, superfiltering) selects as that script
+    does, always with the cut-off at 1 (see :func:`hf_adapters.selection.selection_indices`).
+    """
     if not scored_file:
         raise InputError("Score some rows first: the selection is taken from the scored file.")
     rows = read_records(scored_file)
     scores = [_number(row.get(column)) for row in rows]
-    indices, _ = selection_indices(scores, top=top_percent / 100, max_score=1.0 if below_one else None)
+    indices, _ = selection_indices(scores, top=top_percent / 100, max_score=1.0 if below_one else None,
+                                   convention=convention if convention in SELECTION_CONVENTIONS else "exact")
     fmt = "csv" if Path(scored_file).suffix == ".csv" else "jsonl"
     return write_scored([rows[index] for index in indices], fmt, f"{column}_selected")
 

@@ -143,3 +143,27 @@ def test_lm_eval_rolling_gives_our_numbers_when_installed(model, tokenizer):
     document = "The quick brown fox jumps over the lazy dog. " * 40
     ours = compute_perplexity([document], model=model, tokenizer=tokenizer, max_length=64, stride=64)["nlls"]
     assert lm_eval_rolling_nll(model, tokenizer, [document], 64, 2) == pytest.approx(ours, rel=1e-5)
+
+
+def test_peer_scripts_get_the_loaded_model_from_from_pretrained_and_the_names_come_back(model, tokenizer):
+    import transformers
+
+    from benchmarks.peers import preloaded
+
+    original = transformers.AutoTokenizer
+    with preloaded(model, tokenizer):
+        from transformers import LlamaForCausalLM, LlamaTokenizer
+
+        assert LlamaForCausalLM.from_pretrained("any/path", device_map="auto") is model
+        assert LlamaTokenizer.from_pretrained("any/path") is tokenizer
+    assert transformers.AutoTokenizer is original
+
+
+def test_peer_selections_are_matched_to_rows_by_content():
+    from benchmarks.peers import row_indices, selection_verdict
+
+    records = [{"instruction": str(i), "input": "", "output": "x"} for i in range(4)]
+    selected = [{**records[3], "ifd_ppl": 0.5}, records[1]]
+    assert row_indices(records, selected) == [3, 1]
+    assert selection_verdict([3, 1], [3, 1]) == "same 2 rows"
+    assert selection_verdict([3], [3, 1]).startswith("differs")

@@ -39,6 +39,29 @@ def test_ifd_column_equals_the_metric(model, tokenizer, load_calls, mode):
     assert load_calls == ["tiny"]
 
 
+@pytest.mark.parametrize("convention", ["cherry", "superfiltering", "opendataarena"])
+def test_ifd_column_with_a_peer_convention_equals_the_metric_with_it(model, tokenizer, load_calls, convention):
+    ds = add_ifd_column(Dataset.from_dict(ROWS), model_id="tiny", convention=convention, batch_size=2)
+    expected = compute_ifd(INSTRUCTIONS, OUTPUTS, INPUTS, model=model, tokenizer=tokenizer, convention=convention)
+    assert ds["ifd"] == pytest.approx(expected["ifd_scores"], rel=1e-6, nan_ok=True)
+    assert ds["ppl_conditional"] == pytest.approx(expected["conditional_perplexities"], rel=1e-6, nan_ok=True)
+    assert ds["ppl_direct"] == pytest.approx(expected["direct_perplexities"], rel=1e-6, nan_ok=True)
+
+
+def test_a_peer_convention_is_not_a_cache_hit_of_the_exact_scores(disk_dataset, load_calls):
+    exact = add_ifd_column(disk_dataset, model_id="tiny")
+    assert add_ifd_column(disk_dataset, model_id="tiny", convention="exact")._fingerprint == exact._fingerprint
+    assert load_calls == ["tiny"]
+    peer = add_ifd_column(disk_dataset, model_id="tiny", convention="superfiltering")
+    assert peer._fingerprint != exact._fingerprint and load_calls == ["tiny", "tiny"]
+
+
+def test_conversations_refuse_a_peer_convention(load_calls):
+    with pytest.raises(ValueError, match="convention='exact'"):
+        add_ifd_column(Dataset.from_dict({"messages": [[]]}), messages_column="messages", convention="cherry")
+    assert load_calls == []
+
+
 def test_ifd_mapper_works_directly_in_map_with_small_batches(model, tokenizer):
     mapper = IFDScorer(model=model, tokenizer=tokenizer, max_length=72)
     expected = compute_ifd(INSTRUCTIONS, OUTPUTS, INPUTS, model=model, tokenizer=tokenizer, max_length=72)

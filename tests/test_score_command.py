@@ -136,6 +136,24 @@ def test_seed_configs_on_the_command_line_give_the_metric_numbers(tmp_path, mode
     assert (scores[2] is None) == (name == "IFDScorer")
 
 
+def test_a_config_convention_reaches_the_ifd_scorer(tmp_path, model, tokenizer):
+    model_dir = tmp_path / "tiny"
+    model.save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    rows = [{"id": "a", "instruction": "Write a poem about the sea.", "input": "", "output": "The sea is wide."},
+            {"id": "b", "instruction": "Summarise:", "input": "Cats are small mammals.", "output": "Cats."}]
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    output = tmp_path / "scores.jsonl"
+    args = ["score", config(tmp_path, "name: IFDScorer\nconvention: superfiltering\nmax_length: 256\n"),
+            "--data", str(data), "--output", str(output), "--model", str(model_dir), "--no-progress"]
+    assert cli.main(args) == 0
+    expected = compute_ifd([r["instruction"] for r in rows], [r["output"] for r in rows], [r["input"] for r in rows],
+                           max_length=256, convention="superfiltering", model=model, tokenizer=tokenizer)
+    scores = [json.loads(line)["score"] for line in output.read_text().splitlines()]
+    assert scores == pytest.approx(expected["ifd_scores"], rel=1e-5)
+
+
 @pytest.mark.parametrize("kind", ["fifo", "directory", "device"])
 def test_an_output_that_is_not_a_regular_file_is_refused_and_left_alone(tmp_path, data, capsys, kind):
     output = Path("/dev/null") if kind == "device" else tmp_path / "special"

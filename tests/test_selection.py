@@ -53,12 +53,16 @@ def write_jsonl(path, rows):
     return path
 
 
-def test_select_command_joins_scores_by_position_and_writes_the_best_rows(tmp_path, capsys):
+def scored_data(tmp_path):
+    """A data file of one row per SCORES entry, and its score file as `hf-adapters score` writes it."""
     rows = [{"id": f"r{i}", "instruction": f"q{i}", "output": f"a{i}"} for i in range(len(SCORES))]
-    data = write_jsonl(tmp_path / "rows.jsonl", rows)
-    scores = write_jsonl(tmp_path / "scores.jsonl", [
-        {"id": row["id"], "score": None if score is None or math.isnan(score) else score}
-        for row, score in zip(rows, SCORES, strict=True)])
+    scores = [{"id": row["id"], "score": None if score is None or math.isnan(score) else score}
+              for row, score in zip(rows, SCORES, strict=True)]
+    return write_jsonl(tmp_path / "rows.jsonl", rows), write_jsonl(tmp_path / "scores.jsonl", scores)
+
+
+def test_select_command_joins_scores_by_position_and_writes_the_best_rows(tmp_path, capsys):
+    data, scores = scored_data(tmp_path)
     output = tmp_path / "selected.jsonl"
     assert cli.main(["select", "--data", str(data), "--scores", str(scores), "--top", "30%", "--max-score", "1",
                      "--output", str(output)]) == 0
@@ -66,6 +70,19 @@ def test_select_command_joins_scores_by_position_and_writes_the_best_rows(tmp_pa
     assert [row["id"] for row in selected] == ["r0", "r7", "r8"] and selected[2]["score"] == 0.95
     printed = capsys.readouterr().out
     assert "2 rows removed: no score" in printed and "3 of 10 rows selected" in printed
+
+
+@pytest.mark.parametrize("convention", ["cherry", "superfiltering"])
+def test_select_command_with_a_convention_picks_what_selection_indices_picks(tmp_path, capsys, convention):
+    data, scores = scored_data(tmp_path)
+    output = tmp_path / "selected.jsonl"
+    assert cli.main(["select", "--data", str(data), "--scores", str(scores), "--top", "30%",
+                     "--convention", convention, "--output", str(output)]) == 0
+    indices, removed = selection_indices(SCORES, top=0.3, convention=convention)
+    selected = [json.loads(line) for line in output.read_text(encoding="utf-8").splitlines()]
+    assert [row["id"] for row in selected] == [f"r{index}" for index in indices]
+    printed = capsys.readouterr().out
+    assert all(f"{count:>9} rows removed: {rule}\n" in printed for rule, count in removed.items())
 
 
 def test_select_command_refuses_a_score_file_of_other_data(tmp_path, capsys):

@@ -258,3 +258,35 @@ def test_the_ifd_tab_gives_reverse_ifd_on_request(app, tiny_model_dir):
                            model_id=tiny_model_dir, direction="reverse")["ifd_scores"]
     assert list(table["r_ifd"]) == pytest.approx(expected, rel=1e-6)
     assert [json.loads(line)["r_ifd"] for line in open(path, encoding="utf-8")] == pytest.approx(expected, rel=1e-6)
+
+
+def test_the_ifd_tab_passes_its_convention_to_the_scorer(app, tiny_model_dir):
+    from hf_adapters.ifd import compute_ifd
+
+    rows = [{"instruction": "Name a colour.", "input": "", "output": "Blue."},
+            {"instruction": "Translate.", "input": "chat", "output": "cat"}]
+    table, *_ = app.ifd_handler("\n".join(json.dumps(row) for row in rows), None, tiny_model_dir, "IFD",
+                                "superfiltering")
+    expected = compute_ifd([r["instruction"] for r in rows], [r["output"] for r in rows], [r["input"] for r in rows],
+                           model_id=tiny_model_dir, convention="superfiltering")["ifd_scores"]
+    assert list(table["ifd"]) == pytest.approx(expected, rel=1e-6)
+
+
+def test_a_peer_convention_refuses_conversations_and_r_ifd_with_a_message(app, tiny_model_dir):
+    pasted = json.dumps({"messages": [{"role": "user", "content": "Hi!"}, {"role": "assistant", "content": "Hello."}]})
+    with pytest.raises(gradio.Error, match="does not score conversations: pick exact"):
+        app.ifd_handler(pasted, None, tiny_model_dir, "IFD", "cherry")
+    with pytest.raises(gradio.Error, match="need convention='exact'"):
+        app.ifd_handler("Say hi.\tHi!", None, tiny_model_dir, "r-IFD", "cherry")
+
+
+# 40% of the 7 rows, the checkbox off: exact takes 1.2 and 1.0; cherry drops 1.2 and takes 40% of the 5 rows
+# left, of the tied 0.9s the later; superfiltering keeps only scores below 1, best first; opendataarena has no
+# selection script of its own.
+@pytest.mark.parametrize(("convention", "expected"), [("exact", ["q1", "q6"]), ("cherry", ["q1", "q5"]),
+                                                      ("superfiltering", ["q2", "q5"]),
+                                                      ("opendataarena", ["q1", "q6"])])
+def test_selected_rows_follow_the_selection_convention_matching_the_ifd_convention(app, convention, expected):
+    rows = [{"instruction": f"q{i}", "ifd": score} for i, score in enumerate([0.5, 1.0, 0.9, None, 0.7, 0.9, 1.2])]
+    selected = app.select_handler(app.write_scored(rows, "jsonl", "ifd"), 40, False, "IFD", convention)
+    assert [json.loads(line)["instruction"] for line in open(selected, encoding="utf-8")] == expected

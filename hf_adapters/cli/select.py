@@ -8,7 +8,7 @@ import sys
 
 from ..data_io import LOADERS, read_jsonl, read_rows
 from ..jobs import check_output_path
-from ..selection import selection_indices
+from ..selection import SELECTION_CONVENTIONS, selection_indices
 
 
 def fraction(text: str) -> float:
@@ -36,7 +36,8 @@ def run(args: argparse.Namespace) -> int:
         dataset = read_rows(args.data)
         scores = joined_scores(dataset["id"], read_jsonl(args.scores))
         indices, removed = selection_indices(scores, top=args.top, top_n=args.top_n, max_score=args.max_score,
-                                             min_score=args.min_score, highest=not args.lowest, order=args.order)
+                                             min_score=args.min_score, highest=not args.lowest, order=args.order,
+                                             convention=args.convention)
     except (ValueError, FileNotFoundError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -65,7 +66,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--max-score", type=float, help="drop rows scoring above this (IFD: 1)")
     parser.add_argument("--min-score", type=float, help="drop rows scoring below this")
     parser.add_argument("--lowest", action="store_true", help="keep the lowest scores instead of the highest")
-    parser.add_argument("--order", choices=["input", "score"], default="input",
-                        help="write the rows in input order (default) or best first")
+    parser.add_argument("--order", choices=["input", "score"],
+                        help="write the rows in input order (default) or best first (default for superfiltering)")
+    parser.add_argument("--convention", choices=SELECTION_CONVENTIONS, default="exact",
+                        help="exact (default): as described above; cherry: Cherry_LLM's data_by_IFD.py (drops "
+                        "scores above 1, the --top fraction counts the rows left after the cut-offs, ties go to the "
+                        "later row); superfiltering: Superfiltering's select_data.py (keeps scores below 1, best "
+                        "first). For both, 1 is the default --max-score")
     parser.add_argument("--column", default="score", help="name of the score field in the output (default: score)")
     parser.set_defaults(run=run)

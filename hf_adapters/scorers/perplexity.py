@@ -7,7 +7,7 @@ from typing import Any
 
 from ..models import DEFAULT_MODEL_ID
 from ..options import DEFAULT_BATCH_SIZE, DEFAULT_MAX_LENGTH, check_stride
-from ..perplexity import score_perplexity
+from ..perplexity import check_perplexity_convention, score_perplexity
 from ..texts import ppl_text
 from .base import ConfigError, ModelRowScorer, register_scorer
 
@@ -30,6 +30,7 @@ class PerplexityScorer(ModelRowScorer):
     name = "PerplexityScorer"
     options = {"model": DEFAULT_MODEL_ID, "max_length": None, "batch_size": DEFAULT_BATCH_SIZE, "dtype": None,
                "add_start_token": True, "stride": None, "return_token_losses": False}
+    extra_options = {"convention": "exact"}
     roles = {"text": "text"}
     text_roles = ("text",)
     outputs = ("perplexity",)
@@ -40,6 +41,7 @@ class PerplexityScorer(ModelRowScorer):
         super().__init__(**config)
         try:
             check_stride(self.setting("stride"), self.config["max_length"])
+            check_perplexity_convention(self.setting("convention"), self.setting("stride"))
         except ValueError as error:
             raise ConfigError(f"{self.name}: {error}") from None
 
@@ -53,6 +55,7 @@ class PerplexityScorer(ModelRowScorer):
             model, tokenizer, self.texts(texts), add_start_token=self.setting("add_start_token"),
             max_length=self.config["max_length"], batch_size=self.config["batch_size"], progress=self.progress,
             stride=self.setting("stride"), return_token_losses=self.setting("return_token_losses"),
+            convention=self.setting("convention"),
         )
 
 
@@ -64,13 +67,15 @@ class PPLScorer(PerplexityScorer):
     Unlike the seed, which scores the text as the tokenizer encodes it (so without a BOS-adding
     tokenizer, e.g. Qwen or SmolLM2, the first token is never scored), the start token (BOS, else
     EOS) is put in front, so every token of the text is scored whatever the tokenizer.
+    ``convention: opendataarena`` scores as the seed did (see
+    :func:`hf_adapters.perplexity.compute_perplexity`).
     """
 
     name = "PPLScorer"
     options = {
         "model": DEFAULT_MODEL_ID, "max_length": DEFAULT_MAX_LENGTH, "batch_size": DEFAULT_BATCH_SIZE, "dtype": None,
     }
-    extra_options = {"add_start_token": True, "stride": None, "return_token_losses": False}
+    extra_options = {"add_start_token": True, "stride": None, "return_token_losses": False, "convention": "exact"}
     roles = {"instruction": "instruction", "input": "input", "output": "output"}
     optional_roles = ("input",)
     text_roles = ("instruction", "input", "output")

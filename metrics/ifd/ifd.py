@@ -4,7 +4,7 @@ import datasets
 import evaluate
 
 from hf_adapters.conversations import check_conversations
-from hf_adapters.ifd import DEFAULT_REVERSE_TEMPLATE, DEFAULT_TEMPLATE, DEFAULT_TEMPLATE_NO_INPUT, check_ifd_inputs
+from hf_adapters.ifd import DEFAULT_REVERSE_TEMPLATE, check_ifd_inputs
 from hf_adapters.models import DEFAULT_MODEL_ID
 from hf_adapters.options import DEFAULT_BATCH_SIZE, DEFAULT_MAX_LENGTH
 from hf_adapters.scorers import ConversationIFDScorer, IFDScorer
@@ -38,12 +38,16 @@ Args:
     model_id (str): a hub id, a local model directory or a local `.gguf` file. Defaults to
         HuggingFaceTB/SmolLM2-135M-Instruct, read offline from the embedded GGUF copy.
     template (str): the prompt of a row with an input, with `{instruction}` and `{input}`. Defaults to
-        the seed's ChatML prompt. "chat" uses the tokenizer's chat template (one user message).
+        the seed's ChatML prompt (or the convention's). "chat" uses the tokenizer's chat template (one
+        user message).
     template_no_input (str): the prompt of a row without input, with `{instruction}`.
     max_length (int): right-truncate prompt + answer to this many tokens (default 2048; capped at the
         model's position limit). A row whose prompt fills it gets NaN.
     batch_size (int): the most sequences in one forward pass. Defaults to 16.
     mode (str): "ppl_ratio" (default): PPL(A|Q) / PPL(A); "loss_ratio": mean NLL(A|Q) / mean NLL(A).
+    convention (str): "exact" (default): the definition above; "cherry", "superfiltering" or
+        "opendataarena": the token pairs, prompt and ratio of that peer's published code, to reproduce
+        its numbers exactly (see the card's comparison table).
     direction (str): "forward" (default): IFD; "reverse": r-IFD (Selective Reflection-Tuning),
         PPL(Q|A) / PPL(Q), the question (instruction, and input after a newline) after the answer.
     reverse_template (str): the reverse pass's prompt, with `{output}`; defaults to a ChatML prompt.
@@ -114,11 +118,12 @@ class IFD(evaluate.Metric):
         outputs,
         inputs,
         model_id=DEFAULT_MODEL_ID,
-        template=DEFAULT_TEMPLATE,
-        template_no_input=DEFAULT_TEMPLATE_NO_INPUT,
+        template=None,
+        template_no_input=None,
         max_length=DEFAULT_MAX_LENGTH,
         batch_size=DEFAULT_BATCH_SIZE,
-        mode="ppl_ratio",
+        mode=None,
+        convention="exact",
         direction="forward",
         reverse_template=DEFAULT_REVERSE_TEMPLATE,
         return_token_losses=False,
@@ -138,6 +143,7 @@ class IFD(evaluate.Metric):
             direction=direction,
             reverse_template=reverse_template,
             return_token_losses=return_token_losses,
+            convention=convention,
             dtype=dtype,
             device=device,
             progress=None,

@@ -41,6 +41,9 @@ Args:
     max_length (int): right-truncate each text (start token included) to this many tokens.
         Defaults to the model's position limit. With `stride`: the most tokens the model reads per window.
     return_token_losses (bool): add, per text, its scored tokens (`tokens`) and their NLLs (`token_losses`).
+    convention (str): "exact" (default) or "opendataarena": the tokens OpenDataArena-Tool's PPLScorer
+        scores (the tokenizer's default special tokens, every token after the first; `add_start_token`
+        is not used).
     messages (list of conversations, optional): instead of `predictions`, conversations as lists of
         {"role", "content"} turns: the perplexity of each one's assistant tokens, every assistant turn
         after its history rendered by the tokenizer's chat template (what a fine-tuning loss sees).
@@ -102,6 +105,7 @@ class Perplexity(evaluate.Metric):
         tokenizer=None,
         stride=None,
         return_token_losses=False,
+        convention="exact",
     ):
         scorer = PerplexityScorer(
             model=model_id if model is None else model,
@@ -113,6 +117,7 @@ class Perplexity(evaluate.Metric):
             dtype=dtype,
             stride=stride,
             return_token_losses=return_token_losses,
+            convention=convention,
             progress=None,
         )
         return scorer.result({"text": predictions})
