@@ -37,6 +37,16 @@ def test_metric_returns_the_numbers_of_compute_ifd(ifd_metric, model, tokenizer,
     assert result["num_valid"] == expected["num_valid"]
 
 
+@pytest.mark.parametrize("convention", ["cherry", "superfiltering", "opendataarena"])
+def test_metric_returns_a_peer_conventions_numbers_of_compute_ifd(ifd_metric, model, tokenizer, convention):
+    result = ifd_metric.compute(instructions=INSTRUCTIONS, inputs=INPUTS, outputs=OUTPUTS, model=model,
+                                tokenizer=tokenizer, convention=convention, max_length=256)
+    expected = compute_ifd(INSTRUCTIONS, OUTPUTS, INPUTS, model=model, tokenizer=tokenizer, convention=convention,
+                           max_length=256)
+    assert result["ifd_scores"] == pytest.approx(expected["ifd_scores"], rel=1e-6, nan_ok=True)
+    assert result["num_valid"] == expected["num_valid"] > 0
+
+
 def test_metric_accepts_omitted_inputs(ifd_metric, model, tokenizer):
     result = ifd_metric.compute(instructions=INSTRUCTIONS, outputs=OUTPUTS, model=model, tokenizer=tokenizer)
     expected = compute_ifd(INSTRUCTIONS, OUTPUTS, model=model, tokenizer=tokenizer)

@@ -112,3 +112,11 @@ def test_model_without_tokenizer_is_refused(model):
 def test_missing_predictions_is_an_error_naming_them_not_a_cache_file_message(metric):
     with pytest.raises(TypeError, match="`predictions` is missing"):
         metric.compute(predictions=None)
+
+
+def test_metric_with_the_opendataarena_convention_scores_every_token_after_the_first(metric, model, tokenizer):
+    texts = ["The cat sat on the mat.", "Write a short poem about the sea."]
+    result = metric.compute(predictions=texts, model=model, tokenizer=tokenizer, convention="opendataarena")
+    ids = [tokenizer(text).input_ids for text in texts]
+    assert_exact(result["perplexities"], lambda m: [
+        math.exp(naive_nll(m, row[:1], row[1:], tokenizer.bos_token_id)[0] / (len(row) - 1)) for row in ids], model)
