@@ -29,7 +29,6 @@ import math
 import runpy
 import sys
 import tempfile
-import time
 import types
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -41,6 +40,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.run import machine_description, read_records, relative_differences, spearman  # noqa: E402
+from benchmarks.run import timed as timed_on  # noqa: E402
 from hf_adapters.ifd import compute_ifd  # noqa: E402
 from hf_adapters.models import load_model  # noqa: E402
 from hf_adapters.perplexity import compute_perplexity  # noqa: E402
@@ -98,12 +98,6 @@ def run_script(path: Path, *args: str) -> None:
         sys.argv = argv
 
 
-def timed(function: Callable[[], object]) -> tuple[object, float]:
-    start = time.perf_counter()
-    value = function()
-    return value, time.perf_counter() - start
-
-
 def oda_scorer(root: Path, name: str):
     """OpenDataArena-Tool's scorer class ``name``, imported from its file without its package's ``__init__``."""
     package = types.ModuleType("oda_scorers")
@@ -125,16 +119,24 @@ def selection_verdict(ours: Sequence[int], theirs: Sequence[int]) -> str:
     return f"differs: ours {len(ours)} rows, theirs {len(theirs)}, {len(set(ours) ^ set(theirs))} not shared"
 
 
+def timed(function: Callable[[], object]) -> tuple[object, float]:
+    return timed_on(function, torch.device("cpu"))
+
+
+def ifd_columns(records) -> tuple[list[str], list[str], list[str]]:
+    """Instructions, outputs and inputs, in compute_ifd's order."""
+    return [r["instruction"] for r in records], [r["output"] for r in records], [r["input"] for r in records]
+
+
 def exact_ifd(records, model, tokenizer) -> dict[str, list[float]]:
     """The default convention's IFD of each record, as both ratios (from one run at the seed's max_length)."""
-    columns = ([r["instruction"] for r in records], [r["output"] for r in records], [r["input"] for r in records])
-    result = compute_ifd(*columns, model=model, tokenizer=tokenizer)
+    result = compute_ifd(*ifd_columns(records), model=model, tokenizer=tokenizer)
     pairs = zip(result["conditional_perplexities"], result["direct_perplexities"], strict=True)
     return {"ppl_ratio": result["ifd_scores"], "loss_ratio": [math.log(c) / math.log(d) for c, d in pairs]}
 
 
 def ours_ifd(records, model, tokenizer, **options) -> Callable[[], list[float]]:
-    columns = ([r["instruction"] for r in records], [r["output"] for r in records], [r["input"] for r in records])
+    columns = ifd_columns(records)
     return lambda: compute_ifd(*columns, model=model, tokenizer=tokenizer, **options)["ifd_scores"]
 
 

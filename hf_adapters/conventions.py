@@ -99,15 +99,16 @@ def encode(
 
 
 def split_pairs(
-    tokenizer: PreTrainedTokenizerBase, prefixes: Sequence[str], texts: Sequence[str],
+    tokenizer: PreTrainedTokenizerBase, prefixes: Sequence[str], prefix_lengths: Sequence[int], texts: Sequence[str],
     max_lengths: Sequence[int | None],
 ) -> list[Pair]:
     """Per row, ``prefix + text`` tokenized as one string (see :func:`encode`) and split where the
-    prefix tokenized alone ends: (context ids, scored ids). The split comes after at least one
-    token, since a causal LM never scores a sequence's first token; the scored ids may be empty."""
+    prefix tokenized alone ends (``prefix_lengths``: its token count): (context ids, scored ids).
+    The split comes after at least one token, since a causal LM never scores a sequence's first
+    token; the scored ids may be empty."""
     whole = encode(tokenizer, [prefix + text for prefix, text in zip(prefixes, texts, strict=True)], max_lengths)
-    starts = [max(len(ids), 1) for ids in tokenizer(list(prefixes)).input_ids] if prefixes else []
-    return [(ids[:start], ids[start:]) for ids, start in zip(whole, starts, strict=True)]
+    return [(ids[:start], ids[start:]) for ids, start in
+            zip(whole, (max(length, 1) for length in prefix_lengths), strict=True)]
 
 
 def peer_ifd_pairs(
@@ -122,10 +123,14 @@ def peer_ifd_pairs(
     selection step skips them (Cherry_LLM's ``data_by_IFD.py``), rows whose prompt fills
     ``max_length`` or whose prompt plus direct answer is longer than it."""
     count = len(answers)
-    conditional = split_pairs(tokenizer, prompts, answers, [max_length] * count)
-    prompt_lengths = [len(ids) for ids in encode(tokenizer, prompts, [max_length] * count)]
+    full_prompt_lengths = [len(ids) for ids in tokenizer(list(prompts)).input_ids] if prompts else []
+    conditional = split_pairs(tokenizer, prompts, full_prompt_lengths, answers, [max_length] * count)
+    # The prompt as the peers measure it: tokenized and cut to max_length.
+    prompt_lengths = [min(length, max_length) for length in full_prompt_lengths]
     direct_limits = [max_length - length + convention.direct_slack for length in prompt_lengths]
-    direct = split_pairs(tokenizer, [convention.direct_prefix] * count, answers, direct_limits)
+    prefix_length = len(tokenizer(convention.direct_prefix).input_ids)
+    direct = split_pairs(tokenizer, [convention.direct_prefix] * count, [prefix_length] * count, answers,
+                         direct_limits)
     pairs: list[tuple[Pair, Pair] | None] = []
     for answer, prompt_length, cond, alone in zip(answers, prompt_lengths, conditional, direct, strict=True):
         unrated = convention.unrated_when_long and (
@@ -138,4 +143,5 @@ def peer_text_pairs(tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], ma
     """OpenDataArena-Tool's ``PPLScorer`` pairs: each text tokenized with the tokenizer's default
     special tokens and cut to ``max_length``; every token after the first is scored (so without a
     BOS the text's first token is not, and a one-token text has nothing to score)."""
-    return split_pairs(tokenizer, [""] * len(texts), texts, [max_length] * len(texts))
+    count = len(texts)
+    return split_pairs(tokenizer, [""] * count, [len(tokenizer("").input_ids)] * count, texts, [max_length] * count)
