@@ -198,17 +198,16 @@ def _fed_tokens(item: _Prepared, limit: int | None) -> list[int]:
 
 
 def _padded_inputs(sequences: list[list[int]], pad_id: int) -> tuple[dict[str, torch.Tensor | None], list[int]]:
-    """Right-padded rows; the mask is left out when no row is padded (plain causal attention).
-    Returns the model inputs and each item's offset in the flattened (rows x width) positions."""
+    """Right-padded rows, with no attention mask: under causal attention a position sees only the
+    positions before it, which right padding leaves untouched, so padding cannot change a scored
+    position, and attention keeps its causal kernels (which skip the masked half) instead of a
+    padding mask's. Returns the model inputs and each item's offset in the flattened (rows x width)
+    positions."""
     width = max(len(sequence) for sequence in sequences)
     input_ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
-    attention_mask = torch.zeros((len(sequences), width), dtype=torch.long)
     for row, sequence in enumerate(sequences):
         input_ids[row, : len(sequence)] = torch.tensor(sequence)
-        attention_mask[row, : len(sequence)] = 1
-    padded = any(len(sequence) < width for sequence in sequences)
-    inputs = {"input_ids": input_ids, "attention_mask": attention_mask if padded else None}
-    return inputs, [row * width for row in range(len(sequences))]
+    return {"input_ids": input_ids, "attention_mask": None}, [row * width for row in range(len(sequences))]
 
 
 def _packed_inputs(sequences: list[list[int]]) -> tuple[dict[str, torch.Tensor | None], list[int]]:

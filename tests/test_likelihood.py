@@ -64,26 +64,52 @@ def test_scores_do_not_depend_on_order_or_token_budget(model, tokenizer, max_pad
         assert shuffled[position].nll == pytest.approx(reference[i].nll, rel=1e-5)
 
 
-def test_cpu_batches_pad_at_most_ten_percent_and_unpadded_batches_build_no_mask(model, tokenizer, monkeypatch):
+def test_cpu_batches_pad_at_most_ten_percent_and_build_no_attention_mask(model, tokenizer, monkeypatch):
     items = encode(tokenizer, TEXTS * 2) + [([5] * 40, [6] * 20), ([5] * 40, [6] * 18), ([5] * 40, [6] * 10)]
     batches = []
-    original = model.base_model.forward
+    original = likelihood._padded_inputs
 
-    def recording_forward(*args, **kwargs):
-        mask = kwargs["attention_mask"]
-        width = kwargs["input_ids"].shape[1]
-        batches.append((mask, [width] * len(kwargs["input_ids"]) if mask is None else mask.sum(1).tolist()))
-        return original(*args, **kwargs)
+    def recording_padded_inputs(sequences, pad_id):
+        inputs, offsets = original(sequences, pad_id)
+        batches.append((inputs["attention_mask"], [len(sequence) for sequence in sequences]))
+        return inputs, offsets
 
-    monkeypatch.setattr(model.base_model, "forward", recording_forward)
+    monkeypatch.setattr(likelihood, "_padded_inputs", recording_padded_inputs)
     scores = score_continuations(model, tokenizer, items, batch_size=16)
     monkeypatch.undo()
     assert_matches_naive(model, tokenizer, items, scores)
     assert len(batches) < len(items)
     for mask, lengths in batches:
         assert max(lengths) - min(lengths) <= 0.1 * max(lengths)
-        assert (mask is None) == (min(lengths) == max(lengths))
-    assert any(mask is not None for mask, _ in batches)
+        assert mask is None
+    assert any(min(lengths) < max(lengths) for _, lengths in batches)
+
+
+def _architecture(name: str, vocab_size: int):
+    import transformers
+
+    torch.manual_seed(0)
+    small = {"vocab_size": vocab_size, "bos_token_id": None, "eos_token_id": None}
+    configs = {
+        "gpt2 (learned absolute positions)": transformers.GPT2Config(n_embd=32, n_layer=2, n_head=2, n_positions=512,
+                                                                    **small),
+        "mistral (sliding window)": transformers.MistralConfig(hidden_size=32, intermediate_size=64,
+                                                               num_hidden_layers=2, num_attention_heads=4,
+                                                               num_key_value_heads=2, sliding_window=8, **small),
+        "gemma2 (soft-capping, alternating sliding window)": transformers.Gemma2Config(
+            hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+            head_dim=8, sliding_window=8, **small),
+    }
+    return transformers.AutoModelForCausalLM.from_config(configs[name]).eval()
+
+
+@pytest.mark.parametrize("architecture", ["gpt2 (learned absolute positions)", "mistral (sliding window)",
+                                          "gemma2 (soft-capping, alternating sliding window)"])
+def test_right_padding_without_mask_leaves_scores_exact_across_architectures(tokenizer, architecture):
+    model = _architecture(architecture, len(tokenizer))
+    items = encode(tokenizer, TEXTS) + [([5] * 30, [6] * 12)]
+    scores = score_continuations(model, tokenizer, items, batch_size=16, max_padding=1.0)
+    assert_matches_naive(model, tokenizer, items, scores)
 
 
 def test_empty_context_is_replaced_by_bos_so_first_token_is_scored(model, tokenizer):
