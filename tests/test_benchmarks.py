@@ -117,6 +117,7 @@ def test_whole_run_writes_the_markdown_report_naming_machine_kernels_and_targets
     assert "- Processor flags: avx2 " in report and f"native bfloat16: {'yes' if native_bfloat16 else 'no'}" in report
     assert "default BLAS 1.0 GFLOP/s" in report and "bfloat16 (default kernel) 1.0 GFLOP/s" in report
     assert "- Float32 linear kernel: **" in report
+    assert "- Seconds: each implementation's fastest of 2 rounds" in report
     for metric in ("| perplexity: 3 outputs", "| IFD: 4 records", "| Information Parity:"):
         assert metric in report
     assert "## Targets" in report
@@ -125,6 +126,20 @@ def test_whole_run_writes_the_markdown_report_naming_machine_kernels_and_targets
     assert report.count("| hf_adapters | bfloat16 |") == (3 if native_bfloat16 else 0)
     assert ("## bfloat16 drift from float32" in report) == native_bfloat16
     assert ("bfloat16 was not timed" in report) != native_bfloat16
+
+
+def test_time_runs_interleaves_the_rounds_after_all_warm_ups_and_keeps_each_fastest(monkeypatch):
+    calls, seconds = [], iter([5.0, 4.0, 3.0, 6.0])
+
+    def candidate(name):
+        return (name, "float32", name == "ours", lambda: calls.append(f"warm {name}"),
+                lambda: calls.append(name) or [float(len(calls))])
+
+    monkeypatch.setattr(run, "timed", lambda function, device: (function(), next(seconds)))
+    section = run.time_runs(run.Section("job", "", []), [candidate("reference"), candidate("ours")], "cpu", rounds=2)
+    assert calls == ["warm reference", "warm ours", "reference", "ours", "reference", "ours"]
+    assert [(r.implementation, r.seconds, r.scores) for r in section.runs] == [("reference", 3.0, [5.0]),
+                                                                            ("ours", 4.0, [4.0])]
 
 
 def test_rolling_section_times_ours_against_the_window_loop_on_the_same_numbers(model, tokenizer):
