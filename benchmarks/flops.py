@@ -4,7 +4,8 @@ Useful FLOPs of one scored token at position ``j`` of its sequence (``j`` tokens
 ``2 * parameters`` (every weight once, a tied embedding counted once, as the output layer) plus
 causal attention ``4 * layers * attention_width * j`` (scores and weighted values over ``j``
 keys). Context tokens that are not scored, padding and output-layer rows of unscored positions
-count nothing, so every implementation of the same job is credited the same work.
+count nothing, so every implementation of the same job is credited the same work. The work done
+(:class:`WorkMeter`) instead charges each run for every position it fed the model.
 """
 
 from __future__ import annotations
@@ -23,6 +24,11 @@ from .references import ScoredSequence
 FORMULA = (
     "useful FLOPs = sum over scored tokens of 2 x parameters + 4 x layers x attention width x position "
     "(causal attention); context-only tokens, padding and unscored output rows count nothing"
+)
+
+WORK_FORMULA = (
+    "work done = FLOPs a run made the model do, counted by hooks on its body and output layer: each position fed "
+    "(padding included) 2 x body parameters + causal attention, each output-layer row 2 x its parameters"
 )
 
 
@@ -52,6 +58,45 @@ def useful_flops(shape: ModelShape, sequences: Iterable[ScoredSequence]) -> floa
         keys = (first + sequence.length - 1) * sequence.scored / 2
         total += 2.0 * shape.parameters * sequence.scored + 4.0 * shape.layers * shape.attention_width * keys
     return total
+
+
+class WorkMeter:
+    """The FLOPs a model is made to do, whoever calls it, counted by hooks on its transformer body
+    and its output layer while the meter lives: each position fed to the body, padding included,
+    costs 2 x the body's parameters plus causal attention over the positions up to it (a row of
+    packed sequences counts as one sequence); each row through the output layer costs 2 x its
+    parameters. Unlike useful FLOPs this charges each implementation for the work it chose to do,
+    so the ratio of two implementations' work is the speed-up they would show at equal FLOP/s.
+    """
+
+    def __init__(self, model: PreTrainedModel):
+        self.total = 0.0
+        self.shape = ModelShape.of(model)
+        embedding, head = model.get_input_embeddings().weight, model.get_output_embeddings().weight
+        tied = embedding.data_ptr() == head.data_ptr()
+        self.head_parameters = head.numel()
+        self.body_parameters = self.shape.parameters - embedding.numel() - (0 if tied else head.numel())
+        self._hooks = [
+            model.base_model.register_forward_pre_hook(self._count_body, with_kwargs=True),
+            model.get_output_embeddings().register_forward_pre_hook(self._count_head),
+        ]
+
+    def _count_body(self, module, args, kwargs) -> None:
+        inputs = kwargs.get("input_ids", args[0] if args else None)
+        if inputs is None:
+            inputs = kwargs["inputs_embeds"][..., 0]
+        rows, width = inputs.reshape(-1, inputs.shape[-1]).shape
+        attention = 4.0 * self.shape.layers * self.shape.attention_width * width * (width + 1) / 2
+        self.total += rows * (2.0 * self.body_parameters * width + attention)
+
+    def _count_head(self, module, args) -> None:
+        hidden = args[0]
+        self.total += 2.0 * self.head_parameters * hidden.numel() / hidden.shape[-1]
+
+    def close(self) -> None:
+        """Remove the hooks."""
+        for hook in self._hooks:
+            hook.remove()
 
 
 def synchronize(device: torch.device) -> None:

@@ -220,17 +220,22 @@ def cpu_linear_kernel(model: torch.nn.Module, rows: int | None = None) -> contex
     return OneDNNLinear()
 
 
-def cpu_flags() -> set[str]:
-    """The processor's feature flags as Linux lists them (``flags`` on x86, ``Features`` on Arm)."""
+def cpuinfo_value(*names: str) -> str | None:
+    """The value of the first line of Linux's ``/proc/cpuinfo`` named one of ``names`` (None elsewhere)."""
     try:
         text = Path("/proc/cpuinfo").read_text(encoding="utf-8")
     except OSError:
-        return set()
+        return None
     for line in text.splitlines():
         name, _, value = line.partition(":")
-        if name.strip() in ("flags", "Features"):
-            return set(value.split())
-    return set()
+        if name.strip() in names:
+            return value.strip()
+    return None
+
+
+def cpu_flags() -> set[str]:
+    """The processor's feature flags as Linux lists them (``flags`` on x86, ``Features`` on Arm)."""
+    return set((cpuinfo_value("flags", "Features") or "").split())
 
 
 def _macos_arm_has_bfloat16() -> bool:

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from benchmarks import run
-from benchmarks.flops import ModelShape, matmul_peak, useful_flops
+from benchmarks.flops import ModelShape, WorkMeter, matmul_peak, useful_flops
 from benchmarks.references import (
     ScoredSequence,
     one_at_a_time_ifd,
@@ -15,6 +15,7 @@ from benchmarks.references import (
     pad_to_longest_perplexity,
 )
 from hf_adapters.ifd import DEFAULT_TEMPLATE, DEFAULT_TEMPLATE_NO_INPUT, compute_ifd
+from hf_adapters.likelihood import score_continuations
 from hf_adapters.perplexity import compute_perplexity
 from tests.conftest import assert_exact
 
@@ -76,6 +77,27 @@ def test_useful_flops_count_scored_tokens_and_causal_attention():
     assert useful_flops(shape, [ScoredSequence(math.nan, 0, 3)]) == 0
 
 
+def test_work_meter_charges_every_fed_position_and_output_row(model, tokenizer):
+    meter = WorkMeter(model)
+    shape = ModelShape.of(model)
+    body = shape.parameters - model.get_input_embeddings().weight.numel() - model.lm_head.weight.numel()
+
+    def body_flops(rows, width):
+        return rows * (2 * body * width + 4 * shape.layers * shape.attention_width * width * (width + 1) / 2)
+
+    try:
+        with torch.inference_mode():
+            model(torch.ones((2, 5), dtype=torch.long))
+        assert meter.total == pytest.approx(body_flops(2, 5) + 2 * model.lm_head.weight.numel() * 10)
+        meter.total = 0.0
+        score_continuations(model, tokenizer, [([1, 2, 3], [4, 5])])
+        assert meter.total == pytest.approx(body_flops(1, 5) + 2 * model.lm_head.weight.numel() * 2)
+    finally:
+        meter.close()
+    model(torch.ones((1, 3), dtype=torch.long))
+    assert meter.total == pytest.approx(body_flops(1, 5) + 2 * model.lm_head.weight.numel() * 2)
+
+
 def test_model_shape_reads_the_config(model):
     shape = ModelShape.of(model)
     assert shape == ModelShape(sum(p.numel() for p in model.parameters()), 2, 64)
@@ -120,7 +142,8 @@ def test_whole_run_writes_the_markdown_report_naming_machine_kernels_and_targets
     assert "- Seconds: each implementation's fastest of 2 rounds" in report
     for metric in ("| perplexity: 3 outputs", "| IFD: 4 records", "| Information Parity:"):
         assert metric in report
-    assert "## Targets" in report
+    assert "## Targets" in report and "| reference's work / ours |" in report
+    assert "work done, GFLOP |" in report and "| n/a |" not in report.split("## Targets")[0]
     for target in ("| chosen float32 kernel", "| perplexity, float32", "| IFD, float32"):
         assert target in report
     assert report.count("| hf_adapters | bfloat16 |") == (3 if native_bfloat16 else 0)
@@ -136,7 +159,8 @@ def test_time_runs_interleaves_the_rounds_after_all_warm_ups_and_keeps_each_fast
                 lambda: calls.append(name) or [float(len(calls))])
 
     monkeypatch.setattr(run, "timed", lambda function, device: (function(), next(seconds)))
-    section = run.time_runs(run.Section("job", "", []), [candidate("reference"), candidate("ours")], "cpu", rounds=2)
+    section = run.time_runs(run.Section("job", "", []), [candidate("reference"), candidate("ours")],
+                            run.Timing("cpu", rounds=2))
     assert calls == ["warm reference", "warm ours", "reference", "ours", "reference", "ours"]
     assert [(r.implementation, r.seconds, r.scores) for r in section.runs] == [("reference", 3.0, [5.0]),
                                                                             ("ours", 4.0, [4.0])]
@@ -144,7 +168,7 @@ def test_time_runs_interleaves_the_rounds_after_all_warm_ups_and_keeps_each_fast
 
 def test_rolling_section_times_ours_against_the_window_loop_on_the_same_numbers(model, tokenizer):
     document = "The quick brown fox jumps over the lazy dog. " * 40
-    section = run.bench_rolling({"float32": model}, tokenizer, document, 64, 16, 4, torch.device("cpu"))
+    section = run.bench_rolling({"float32": model}, tokenizer, document, 64, 16, 4, run.Timing(torch.device("cpu")))
     names = [entry.implementation for entry in section.runs]
     assert names[0].startswith("one window at a time") and names[-1] == "hf_adapters"
     assert section.runs[-1].scores == pytest.approx(section.reference.scores, rel=1e-5)

@@ -4,6 +4,7 @@ measurement or forced by HF_ADAPTERS_CPU_LINEAR, and bfloat16 warns where the pr
 import logging
 import warnings
 from collections import Counter
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -179,6 +180,14 @@ def test_an_unknown_setting_is_a_clear_error(model, monkeypatch):
     monkeypatch.setenv(CPU_LINEAR_ENV, "mkl")
     with pytest.raises(ValueError, match="auto, onednn, default"):
         choose_cpu_linear(model)
+
+
+def test_cpu_flags_and_cpuinfo_values_come_from_the_first_line_of_that_name(monkeypatch):
+    text = "processor\t: 0\nmodel name\t: Test CPU\nflags\t\t: avx2 fma\n\nprocessor\t: 1\nflags\t\t: other\n"
+    monkeypatch.setattr(cpu_kernels, "Path", lambda path: SimpleNamespace(read_text=lambda encoding: text))
+    assert cpu_kernels.cpuinfo_value("model name") == "Test CPU"
+    assert cpu_kernels.cpu_flags() == {"avx2", "fma"}
+    assert cpu_kernels.cpuinfo_value("no such field") is None
 
 
 @pytest.fixture

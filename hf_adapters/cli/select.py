@@ -63,7 +63,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     size = parser.add_mutually_exclusive_group()
     size.add_argument("--top", type=fraction, help="fraction of all rows to keep, e.g. 5%% or 0.05")
     size.add_argument("--top-n", type=int, help="number of rows to keep")
-    parser.add_argument("--max-score", type=float, help="drop rows scoring above this (IFD: 1)")
+    parser.add_argument("--max-score", type=float,
+                        help="drop rows scoring above this (IFD: 1); under --convention superfiltering, at or above it")
     parser.add_argument("--min-score", type=float, help="drop rows scoring below this")
     parser.add_argument("--lowest", action="store_true", help="keep the lowest scores instead of the highest")
     parser.add_argument("--order", choices=["input", "score"],
