@@ -111,6 +111,10 @@ class Section:
     def reference(self) -> Run:
         return self.runs[0]
 
+    def ours(self, dtype: str = "float32") -> Run:
+        """Our run in ``dtype``."""
+        return next(run for run in self.runs if run.ours and run.dtype == dtype)
+
 
 def relative_differences(scores: Sequence[float], reference: Sequence[float]) -> np.ndarray:
     """|score - reference| / |reference| over the rows where both are finite."""
@@ -404,7 +408,7 @@ def drift_table(sections: list[Section]) -> str:
     lines = ["| metric | compared with | rows | median rel. diff | max rel. diff | Spearman |",
              "| --- | --- | ---: | ---: | ---: | ---: |"]
     for section in sections:
-        bf16 = next(run for run in section.runs if run.ours and run.dtype == "bfloat16")
+        bf16 = section.ours("bfloat16")
         rel = relative_differences(bf16.scores, section.reference.scores)
         lines.append(
             f"| {section.metric} | {section.reference.implementation}, {section.reference.dtype} | {rel.size} | "
@@ -489,13 +493,12 @@ def kernel_lines(report: KernelReport, device: torch.device) -> list[str]:
 
 def speedup(section: Section, dtype: str = "float32") -> float:
     """How many times faster our ``dtype`` run was than the section's reference."""
-    ours = next(run for run in section.runs if run.ours and run.dtype == dtype)
-    return section.reference.seconds / ours.seconds
+    return section.reference.seconds / section.ours(dtype).seconds
 
 
 def work_ratio(section: Section, dtype: str = "float32") -> float:
     """The reference's work over ours: the speed-up ours would show at the reference's FLOP/s."""
-    ours = next(run for run in section.runs if run.ours and run.dtype == dtype)
+    ours = section.ours(dtype)
     return section.reference.work / ours.work if ours.work and section.reference.work else math.nan
 
 

@@ -262,21 +262,23 @@ def _units(batch: list[_Prepared]) -> list[_Prepared]:
     return [unit for host in batch for unit in host.units]
 
 
-def _score_batch(model: PreTrainedModel, batch: list[_Prepared], pad_id: int, packed: bool) -> list[float]:
-    """Each unit's total NLL (the batch's items and their guests, in the order of ``_units``)."""
-    return _sums(*_token_nlls(model, batch, pad_id, packed), len(_units(batch)))
+def _score_batch(model: PreTrainedModel, batch: list[_Prepared], pad_id: int,
+                 packed: bool) -> list[tuple[_Prepared, float]]:
+    """Each unit (the batch's items and their guests) with its total NLL."""
+    units = _units(batch)
+    return list(zip(units, _sums(*_token_nlls(model, batch, pad_id, packed), len(units)), strict=True))
 
 
 def _score_batch_with_tokens(model: PreTrainedModel, batch: list[_Prepared], pad_id: int,
-                             packed: bool) -> list[tuple[float, tuple[float, ...]]]:
-    """Each unit's total NLL and the NLL of each of its scored tokens."""
+                             packed: bool) -> list[tuple[_Prepared, float, tuple[float, ...]]]:
+    """Each unit with its total NLL and the NLL of each of its scored tokens."""
     items, token_nll = _token_nlls(model, batch, pad_id, packed)
     per_token = token_nll.tolist()
     units = _units(batch)
     counts = [len(item.input_ids) - item.first_scored for item in units]
     starts = list(itertools.accumulate(counts[:-1], initial=0))
-    return [(total, tuple(per_token[start:start + count]))
-            for total, start, count in zip(_sums(items, token_nll, len(units)), starts, counts, strict=True)]
+    return [(unit, total, tuple(per_token[start:start + count])) for unit, total, start, count
+            in zip(units, _sums(items, token_nll, len(units)), starts, counts, strict=True)]
 
 
 def uses_varlen_attention(model: PreTrainedModel) -> bool:
@@ -373,11 +375,10 @@ def score_continuations(
             positions = len(batch) * max(len(item.input_ids) for item in batch)
             with cpu_linear_kernel(model, positions):
                 if token_losses:
-                    for item, (nll, losses) in zip(_units(batch), _score_batch_with_tokens(model, batch, pad_id,
-                                                                                           packing), strict=True):
+                    for item, nll, losses in _score_batch_with_tokens(model, batch, pad_id, packing):
                         results[item.index] = ContinuationScore(nll, len(losses), item.truncated, losses)
                 else:
-                    for item, nll in zip(_units(batch), _score_batch(model, batch, pad_id, packing), strict=True):
+                    for item, nll in _score_batch(model, batch, pad_id, packing):
                         results[item.index] = ContinuationScore(nll, len(item.input_ids) - item.first_scored,
                                                                 item.truncated)
             bar.update(sum(len(item.input_ids) for item in batch))
