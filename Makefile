@@ -28,8 +28,7 @@ demo: install
 KERNEL_TESTS := tests/test_likelihood.py tests/test_perplexity.py tests/test_ifd.py tests/test_ifd_metric.py \
 	tests/test_parity.py tests/test_default_model.py tests/test_benchmarks.py tests/test_cpu_kernels.py
 
-# Offline unless the caller says otherwise: the tests never need the hub, and looking for it
-# without a network costs about a minute of retries.
+# Offline unless the caller says otherwise: the tests never need the hub.
 test: export HF_HUB_OFFLINE := $(or $(HF_HUB_OFFLINE),1)
 test: install
 	$(PY) -m ruff check .

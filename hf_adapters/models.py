@@ -10,8 +10,12 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import logging
+import math
 import os
+import socket
 import threading
+import time
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,6 +63,42 @@ def hub_is_offline() -> bool:
     """True when the user asked for offline mode (``HF_HUB_OFFLINE`` or ``TRANSFORMERS_OFFLINE``)."""
     return any(os.environ.get(name, "").upper() in {"1", "ON", "YES", "TRUE"}
                for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+
+
+#: How long a TCP connection to the hub may take to open, and how long its answer is trusted.
+HUB_CONNECT_TIMEOUT = 3.0
+HUB_CHECK_SECONDS = 300.0
+_PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")
+_hub_checks: dict[str, tuple[float, bool]] = {}
+
+
+def hub_reachable() -> bool:
+    """Whether a TCP connection to the hub's host (``HF_ENDPOINT``) opens within ``HUB_CONNECT_TIMEOUT``
+    seconds, asked at most once per ``HUB_CHECK_SECONDS``; True behind a proxy, which this check
+    cannot see through. When it is not, hub ids load from the local cache at once: asking the hub
+    itself would cost some 40 s of huggingface_hub's retries first."""
+    from huggingface_hub import constants
+
+    if any(os.environ.get(name) for name in _PROXY_VARIABLES):
+        return True
+    endpoint = urllib.parse.urlsplit(constants.ENDPOINT)
+    checked_at, reachable = _hub_checks.get(constants.ENDPOINT, (-math.inf, False))
+    if time.monotonic() - checked_at > HUB_CHECK_SECONDS:
+        try:
+            port = endpoint.port or (443 if endpoint.scheme == "https" else 80)
+            socket.create_connection((endpoint.hostname, port), timeout=HUB_CONNECT_TIMEOUT).close()
+            reachable = True
+        except (OSError, ValueError):
+            reachable = False
+            logger.info("The hub at %s cannot be reached: hub models load from the local cache only.",
+                        constants.ENDPOINT)
+        _hub_checks[constants.ENDPOINT] = (time.monotonic(), reachable)
+    return reachable
+
+
+def hub_unavailable() -> bool:
+    """Offline by request (:func:`hub_is_offline`) or because the hub cannot be reached."""
+    return hub_is_offline() or not hub_reachable()
 
 
 def candidate_sources(model_id: str) -> list[ModelSource]:
@@ -117,9 +157,9 @@ def _local_files(source: ModelSource) -> list[dict[str, Any]] | None:
 
 
 def _hub_revision(model_id: str) -> str | None:
-    """The commit of a hub model: asked of the hub when online (None on any failure), else the commit
-    that ``refs/main`` names in the local Hugging Face cache, if its snapshot is there."""
-    if not hub_is_offline():
+    """The commit of a hub model: asked of the hub when it is reachable (None on any failure), else the
+    commit that ``refs/main`` names in the local Hugging Face cache, if its snapshot is there."""
+    if not hub_unavailable():
         try:
             from huggingface_hub import HfApi
 
@@ -232,6 +272,8 @@ def _load_from(
     source: ModelSource, dtype: torch.dtype, trust_remote_code: bool, attn_implementation: str | None = None
 ):
     kwargs = {"trust_remote_code": trust_remote_code}
+    if not Path(source.path).is_dir() and hub_unavailable():
+        kwargs["local_files_only"] = True  # the cached copy, if any, at once rather than after retries
     if source.gguf_file:
         kwargs["gguf_file"] = source.gguf_file
         model_kwargs = dict(kwargs)
@@ -294,6 +336,8 @@ def load_model(
             _CACHE[key] = (model, tokenizer)
             return model, tokenizer
     tried = "\n".join(failures) or "  (nothing: it is neither a local path nor, offline, a hub id)"
+    if any(not Path(source.path).is_dir() for source in sources) and not hub_is_offline() and not hub_reachable():
+        tried += "\n  (the hub could not be reached, so hub ids were looked for in the local cache only)"
     raise ModelLoadError(f"Could not load model {model_id!r}. Tried:\n{tried}")
 
 

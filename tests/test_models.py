@@ -240,3 +240,44 @@ def test_load_model_loads_again_after_the_weights_at_a_path_change(saved_model_d
     assert not torch.equal(second.lm_head.weight, first.lm_head.weight)
     assert load_model(str(saved_model_dir), device="cpu")[0] is second
     assert len(count_loads) == 2 and len(models._CACHE) == 1
+
+
+@pytest.fixture
+def unreachable_hub(monkeypatch):
+    """No HF_HUB_OFFLINE, no proxy, and every connection to the hub refused."""
+    import socket
+
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", *models._PROXY_VARIABLES):
+        monkeypatch.delenv(name, raising=False)
+    attempts = []
+
+    def refuse(address, timeout=None):
+        attempts.append(address)
+        raise OSError("network unreachable")
+
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    monkeypatch.setattr(models, "_hub_checks", {})
+    return attempts
+
+
+def test_unreachable_hub_is_asked_once_and_hub_ids_load_from_the_cache_only(unreachable_hub, monkeypatch):
+    from transformers import AutoTokenizer
+
+    asked = []
+
+    def from_pretrained(path, **kwargs):
+        asked.append(kwargs)
+        raise OSError(f"{path} is not in the cache")
+
+    monkeypatch.setattr(AutoTokenizer, "from_pretrained", from_pretrained)
+    with pytest.raises(ModelLoadError, match="the hub could not be reached"):
+        load_model("some-org/some-model", device="cpu")
+    assert [kwargs.get("local_files_only") for kwargs in asked] == [True]
+    assert not models.hub_reachable()
+    assert len(unreachable_hub) == 1
+
+
+def test_a_proxy_counts_as_a_reachable_hub_without_connecting(unreachable_hub, monkeypatch):
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.invalid:3128")
+    assert models.hub_reachable()
+    assert unreachable_hub == []
