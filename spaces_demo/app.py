@@ -157,7 +157,10 @@ perplexity_handler, parity_handler = (_model_handler(task) for task in (PERPLEXI
 @readable_errors
 def ifd_handler(text, upload, model_id, direction="IFD", convention="exact",
                 progress=gr.Progress(track_tqdm=True)):  # noqa: B008
-    return score_with_model(ifd_task(direction, convention), text, upload, model_id, progress)
+    """The IFD tab's outputs, then the settings they were scored with, which Select rows follows
+    whatever the controls say by then (a ``gr.State``: not part of the API endpoint's outputs)."""
+    scored_with = {"direction": direction, "convention": convention}
+    return *score_with_model(ifd_task(direction, convention), text, upload, model_id, progress), scored_with
 
 
 @readable_errors
@@ -166,8 +169,11 @@ def ifeval_handler(text, upload, progress=gr.Progress(track_tqdm=True)):  # noqa
 
 
 @readable_errors
-def select_handler(scored_file, top_percent, below_one, direction, convention="exact"):
-    return select_scored(scored_file, top_percent, below_one, "r_ifd" if direction == "r-IFD" else "ifd", convention)
+def select_handler(scored_file, top_percent, below_one, scored_with=None):
+    """The selected rows of the scored file, by the direction and convention it was scored with."""
+    scored_with = scored_with or {}
+    column = "r_ifd" if scored_with.get("direction") == "r-IFD" else "ifd"
+    return select_scored(scored_file, top_percent, below_one, column, scored_with.get("convention", "exact"))
 
 
 @readable_errors
@@ -207,15 +213,19 @@ def _tab(task: Task, handler: Callable, model_box: gr.Textbox | None) -> None:
             convention = gr.Dropdown(list(CONVENTIONS), value="exact", label="Convention", info=IFD_CONVENTION_INFO,
                                      elem_id="ifd-convention")
             inputs += [direction, convention]
-        button.click(handler, inputs=inputs, outputs=[table, summary, chart, download], api_name=task.name)
+        outputs = [table, summary, chart, download]
+        if task is IFD:
+            scored_with = gr.State(None)
+            outputs.append(scored_with)
+        button.click(handler, inputs=inputs, outputs=outputs, api_name=task.name)
         if task is IFD:
             with gr.Row():
-                top = gr.Slider(1, 100, value=25, step=1, label="Keep the top % of rows by IFD")
+                top = gr.Slider(1, 100, value=25, step=1, label="Keep the top % of rows by IFD", elem_id="ifd-top")
                 below_one = gr.Checkbox(value=True, label="Drop rows with IFD above 1 first (Cherry_LLM; the "
-                                        "cherry and superfiltering conventions always do)")
+                                        "cherry and superfiltering conventions always do)", elem_id="ifd-below-one")
                 pick = gr.Button("Select rows", elem_id="ifd-select")
             selected = gr.File(label="Selected rows", elem_id="ifd-selected", interactive=False)
-            pick.click(select_handler, inputs=[download, top, below_one, direction, convention], outputs=selected,
+            pick.click(select_handler, inputs=[download, top, below_one, scored_with], outputs=selected,
                        api_name=False)
         if task is PERPLEXITY:
             with gr.Row():

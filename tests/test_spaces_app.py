@@ -252,8 +252,8 @@ def test_the_ifd_tab_gives_reverse_ifd_on_request(app, tiny_model_dir):
 
     rows = [{"instruction": "Name a colour.", "input": "", "output": "Blue."},
             {"instruction": "Translate.", "input": "chat", "output": "cat"}]
-    table, summary, _, path = app.ifd_handler("\n".join(json.dumps(row) for row in rows), None, tiny_model_dir,
-                                              "r-IFD")
+    table, summary, _, path, _ = app.ifd_handler("\n".join(json.dumps(row) for row in rows), None, tiny_model_dir,
+                                                 "r-IFD")
     expected = compute_ifd([r["instruction"] for r in rows], [r["output"] for r in rows], [r["input"] for r in rows],
                            model_id=tiny_model_dir, direction="reverse")["ifd_scores"]
     assert list(table["r_ifd"]) == pytest.approx(expected, rel=1e-6)
@@ -288,5 +288,18 @@ def test_a_peer_convention_refuses_conversations_and_r_ifd_with_a_message(app, t
                                                       ("opendataarena", ["q1", "q6"])])
 def test_selected_rows_follow_the_selection_convention_matching_the_ifd_convention(app, convention, expected):
     rows = [{"instruction": f"q{i}", "ifd": score} for i, score in enumerate([0.5, 1.0, 0.9, None, 0.7, 0.9, 1.2])]
-    selected = app.select_handler(app.write_scored(rows, "jsonl", "ifd"), 40, False, "IFD", convention)
+    selected = app.select_handler(app.write_scored(rows, "jsonl", "ifd"), 40, False,
+                                  {"direction": "IFD", "convention": convention})
     assert [json.loads(line)["instruction"] for line in open(selected, encoding="utf-8")] == expected
+
+
+def test_select_rows_follows_the_settings_the_file_was_scored_with(app, tiny_model_dir):
+    rows = [{"instruction": f"Question {i}?", "input": "", "output": f"Answer number {i}."} for i in range(4)]
+    *_, path, scored_with = app.ifd_handler("\n".join(json.dumps(row) for row in rows), None, tiny_model_dir,
+                                            "r-IFD", "exact")
+    assert scored_with == {"direction": "r-IFD", "convention": "exact"}
+    scores = [json.loads(line)["r_ifd"] for line in open(path, encoding="utf-8")]
+    selected = app.select_handler(path, 50, False, scored_with)
+    best_two = sorted(range(4), key=lambda i: -scores[i])[:2]
+    assert [json.loads(line)["instruction"] for line in open(selected, encoding="utf-8")] == [
+        rows[i]["instruction"] for i in sorted(best_two)]

@@ -138,3 +138,25 @@ def test_token_view_shows_a_rows_tokens_coloured_by_loss(page):
     page.locator("#perplexity-token-view").get_by_text("cat").first.wait_for(timeout=RESULT_TIMEOUT_MS)
     page.screenshot(path=str(ARTIFACTS / "spaces_tokens.png"), full_page=True)
     assert "Traceback" not in page.locator("body").inner_text()
+
+
+def test_select_rows_uses_the_direction_the_file_was_scored_with(page):
+    rows = [{"instruction": f"Name fruit number {i}.", "input": "", "output": fruit}
+            for i, fruit in enumerate(["Apple.", "A ripe banana.", "Cherries, red and sweet.", "Grapes."])]
+    page.get_by_role("tab", name="IFD", exact=True).click()
+    page.locator("#ifd-input textarea").fill("\n".join(json.dumps(row) for row in rows))
+    page.locator("#ifd-direction").get_by_label("r-IFD").check()
+    page.locator("#ifd-run").click()
+    page.locator("#ifd-table").get_by_text("r_ifd").wait_for(timeout=RESULT_TIMEOUT_MS)
+    scored = page.request.get(page.locator("#ifd-download a[download]").get_attribute("href"))
+    scores = [json.loads(line)["r_ifd"] for line in scored.text().splitlines()]
+    page.locator("#ifd-direction").get_by_label("IFD", exact=True).check()  # changed after scoring
+    page.locator("#ifd-top input[type=number]").fill("50")
+    page.locator("#ifd-top input[type=number]").press("Enter")
+    page.locator("#ifd-below-one input").uncheck()
+    page.locator("#ifd-select").click()
+    link = page.locator("#ifd-selected a[download]")
+    link.wait_for()
+    selected = [json.loads(line) for line in page.request.get(link.get_attribute("href")).text().splitlines()]
+    best_two = sorted(sorted(range(4), key=lambda i: -scores[i])[:2])
+    assert [row["output"] for row in selected] == [rows[i]["output"] for i in best_two]
