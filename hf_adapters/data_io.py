@@ -66,14 +66,11 @@ def _reason(path: Path, loader: str, error: Exception) -> str:
         text = path.read_text(encoding="utf-8")
         try:
             json.loads(text)
-            return str(error)
-        except json.JSONDecodeError:
-            pass
-        for number, line in enumerate(text.splitlines(), 1):
+        except json.JSONDecodeError:  # not one JSON document: name the first line that is not a JSON object
             try:
-                json.loads(line) if line.strip() else None
-            except json.JSONDecodeError as line_error:
-                return f"line {number} is not valid JSON ({line_error.msg})."
+                parse_jsonl(text)
+            except ValueError as line_error:
+                return str(line_error)
     return str(error)
 
 

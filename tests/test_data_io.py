@@ -97,7 +97,8 @@ def test_the_shared_alpaca_list_of_records_reads_with_empty_ids(shared_dir):
     [("empty.jsonl", "", "the file is empty"), ("blank.jsonl", "\n \n", "the file is empty"),
      ("header.csv", "instruction,input,output\n", "a header but no rows"),
      ("corrupt.jsonl", '{"instruction": "a", "output": "b"}\n{"instruction": "c", "output": \n',
-      "line 2 is not valid JSON")],
+      "Line 2 is not valid JSON"),
+     ("array_line.jsonl", '{"instruction": "a", "output": "b"}\n[1, 2]\n', "Line 2 is JSON but not an object")],
 )
 def test_unreadable_files_get_a_reason_a_person_can_act_on(tmp_path, name, content, message):
     path = tmp_path / name
