@@ -148,3 +148,25 @@ def assert_exact(actual, naive: Callable, model) -> None:
         assert abs(value - double) <= allowed, (
             f"value {index}: {value!r} is {abs(value - double):.3g} from the float64 reference {double!r}; "
             f"allowed {allowed:.3g} (naive float32: {single!r})")
+
+
+@pytest.fixture
+def unreachable_hub(monkeypatch):
+    """No offline mode (huggingface_hub reads HF_HUB_OFFLINE at import), no proxy, and every TCP
+    connection refused at once, huggingface_hub's included; returns the addresses asked for."""
+    import socket
+
+    from huggingface_hub import constants
+
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", *hf_models._PROXY_VARIABLES):
+        monkeypatch.delenv(name, raising=False)
+    attempts = []
+
+    def refuse(address, *args, **kwargs):
+        attempts.append(address)
+        raise OSError("network unreachable")
+
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(hf_models, "_hub_checks", {})
+    return attempts

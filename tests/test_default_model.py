@@ -61,21 +61,9 @@ def test_conversation_ifd_on_the_default_model_equals_naive_turns(monkeypatch, s
     assert_exact(result["ifd_scores"], naive, model)
 
 
-def test_default_model_loads_at_once_when_the_hub_cannot_be_reached(monkeypatch):
-    import socket
-    import time
-
-    from hf_adapters import models
-
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
-    monkeypatch.setattr(models, "_hub_checks", {})
-
-    def refuse(*args, **kwargs):
-        raise OSError("network unreachable")
-
-    monkeypatch.setattr(socket, "create_connection", refuse)
-    started = time.monotonic()
+def test_default_model_loads_without_retrying_a_hub_that_cannot_be_reached(unreachable_hub):
     model, _ = load_model(DEFAULT_MODEL_ID, device="cpu")
-    assert time.monotonic() - started < 30  # huggingface_hub's own retries alone take about 40 s
     assert model.config.num_hidden_layers == 30
+    # The reachability check, and huggingface_hub's one-off user-agent lookup: its retries of a model
+    # file would add one attempt each (19 in all when measured).
+    assert len(unreachable_hub) <= 3

@@ -242,24 +242,6 @@ def test_load_model_loads_again_after_the_weights_at_a_path_change(saved_model_d
     assert len(count_loads) == 2 and len(models._CACHE) == 1
 
 
-@pytest.fixture
-def unreachable_hub(monkeypatch):
-    """No HF_HUB_OFFLINE, no proxy, and every connection to the hub refused."""
-    import socket
-
-    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", *models._PROXY_VARIABLES):
-        monkeypatch.delenv(name, raising=False)
-    attempts = []
-
-    def refuse(address, timeout=None):
-        attempts.append(address)
-        raise OSError("network unreachable")
-
-    monkeypatch.setattr(socket, "create_connection", refuse)
-    monkeypatch.setattr(models, "_hub_checks", {})
-    return attempts
-
-
 def test_unreachable_hub_is_asked_once_and_hub_ids_load_from_the_cache_only(unreachable_hub, monkeypatch):
     from transformers import AutoTokenizer
 
