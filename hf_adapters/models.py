@@ -68,20 +68,21 @@ def hub_is_offline() -> bool:
 #: How long a TCP connection to the hub may take to open, and how long its answer is trusted.
 HUB_CONNECT_TIMEOUT = 3.0
 HUB_CHECK_SECONDS = 300.0
-_PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")
+_PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
 _hub_checks: dict[str, tuple[float, bool]] = {}
 
 
 def hub_reachable() -> bool:
     """Whether a TCP connection to the hub's host (``HF_ENDPOINT``) opens within ``HUB_CONNECT_TIMEOUT``
     seconds, asked at most once per ``HUB_CHECK_SECONDS``; True behind a proxy, which this check
-    cannot see through. When it is not, hub ids load from the local cache at once: asking the hub
-    itself would cost some 40 s of huggingface_hub's retries first."""
+    cannot see through, and for an endpoint without a host name. Where it is False, hub ids load
+    from the local cache at once: asking the hub itself would cost some 40 s of huggingface_hub's
+    retries first."""
     from huggingface_hub import constants
 
-    if any(os.environ.get(name) for name in _PROXY_VARIABLES):
-        return True
     endpoint = urllib.parse.urlsplit(constants.ENDPOINT)
+    if any(os.environ.get(name) for name in _PROXY_VARIABLES) or not endpoint.hostname:
+        return True
     checked_at, reachable = _hub_checks.get(constants.ENDPOINT, (-math.inf, False))
     if time.monotonic() - checked_at > HUB_CHECK_SECONDS:
         try:
