@@ -2,7 +2,8 @@
 
 Items are scored in length-sorted batches bounded by a token budget. The output layer runs only
 at scored positions, so no batch x length x vocabulary tensor of unscored positions is built, and
-log-softmax runs in float32 whatever the model's dtype. On the CPU, float32 linear layers run on
+log-softmax runs in float32 whatever the model's dtype, on chunks of positions (on the CPU, chunks
+whose logits fit in cache). On the CPU, float32 linear layers run on
 the faster of the default BLAS and oneDNN, measured on the model (:mod:`hf_adapters.cpu_kernels`).
 An item whose whole sequence begins the next item's (the turns of one conversation, a repeated
 row) is scored within that item's forward pass. Scores do not depend on batch size, order or
@@ -29,6 +30,9 @@ logger = logging.getLogger(__name__)
 
 #: Largest number of scored positions sent through the output layer at once (bounds vocab memory).
 OUTPUT_CHUNK_POSITIONS = 2048
+#: On the CPU, a chunk's float32 logits are kept within this many bytes, so that the log-softmax
+#: reads them from cache, not memory (128 positions of a 49,152-token vocabulary).
+CPU_OUTPUT_CHUNK_BYTES = 24 * 2**20
 #: Default token budget of one batch (rows x padded length) on accelerators, and on the CPU.
 DEFAULT_MAX_BATCH_TOKENS = 16384
 CPU_MAX_BATCH_TOKENS = 2048
@@ -167,6 +171,14 @@ def make_batches(
     return batches
 
 
+def output_chunk_positions(head_weight: torch.Tensor) -> int:
+    """How many scored positions go through the output layer at once: ``OUTPUT_CHUNK_POSITIONS``
+    on accelerators; on the CPU as many as keep the chunk's logits within ``CPU_OUTPUT_CHUNK_BYTES``."""
+    if head_weight.device.type != "cpu":
+        return OUTPUT_CHUNK_POSITIONS
+    return max(1, min(OUTPUT_CHUNK_POSITIONS, CPU_OUTPUT_CHUNK_BYTES // (4 * head_weight.shape[0])))
+
+
 def _logit_postprocessor(model: PreTrainedModel):
     """Scaling or soft-capping that some architectures apply after the output layer."""
     config = model.config
@@ -245,8 +257,9 @@ def _token_nlls(model: PreTrainedModel, batch: list[_Prepared], pad_id: int,
     token_nll = torch.empty(len(targets), dtype=torch.float64, device=device)
     hidden = body(**inputs, use_cache=False).last_hidden_state
     hidden = hidden.reshape(-1, hidden.shape[-1])[torch.tensor(positions, device=device)]
-    for start in range(0, len(targets), OUTPUT_CHUNK_POSITIONS):
-        stop = start + OUTPUT_CHUNK_POSITIONS
+    chunk = output_chunk_positions(head.weight)
+    for start in range(0, len(targets), chunk):
+        stop = start + chunk
         logits = postprocess(head(hidden[start:stop])).float()
         token_nll[start:stop] = torch.nn.functional.cross_entropy(logits, targets_t[start:stop], reduction="none")
     return torch.tensor(items, device=device), token_nll

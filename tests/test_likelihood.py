@@ -199,6 +199,22 @@ def test_output_layer_is_chunked_for_large_vocabularies(model, tokenizer, monkey
     assert_matches_naive(model, tokenizer, items, scores)
 
 
+def test_cpu_output_chunks_keep_their_logits_within_the_byte_budget(model, tokenizer, monkeypatch):
+    vocabulary = model.get_output_embeddings().weight.shape[0]
+    monkeypatch.setattr("hf_adapters.likelihood.CPU_OUTPUT_CHUNK_BYTES", 3 * 4 * vocabulary + 1)
+    items = encode(tokenizer, TEXTS)
+    chunk_sizes = []
+    hook = model.get_output_embeddings().register_forward_hook(
+        lambda module, inputs, output: chunk_sizes.append(inputs[0].shape[0])
+    )
+    try:
+        scores = score_continuations(model, tokenizer, items)
+    finally:
+        hook.remove()
+    assert max(chunk_sizes) == 3
+    assert_matches_naive(model, tokenizer, items, scores)
+
+
 @pytest.mark.filterwarnings("ignore::hf_adapters.cpu_kernels.EmulatedBfloat16Warning")
 def test_bfloat16_model_scores_log_softmax_in_float32(tokenizer):
     model = build_model(len(tokenizer)).to(torch.bfloat16)
