@@ -38,7 +38,8 @@ class ModelShape:
 
     parameters: int
     layers: int
-    attention_width: int
+    attention_width: int  # heads x head dimension
+    head_dim: int
 
     @classmethod
     def of(cls, model: PreTrainedModel) -> ModelShape:
@@ -46,7 +47,7 @@ class ModelShape:
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         # named_parameters() yields a tied weight once.
         parameters = sum(parameter.numel() for _, parameter in model.named_parameters())
-        return cls(parameters, config.num_hidden_layers, config.num_attention_heads * head_dim)
+        return cls(parameters, config.num_hidden_layers, config.num_attention_heads * head_dim, head_dim)
 
 
 def useful_flops(shape: ModelShape, sequences: Iterable[ScoredSequence]) -> float:
@@ -67,10 +68,12 @@ class WorkMeter:
     packed sequences counts as one sequence); each row through the output layer costs 2 x its
     parameters. Unlike useful FLOPs this charges each implementation for the work it chose to do,
     so the ratio of two implementations' work is the speed-up they would show at equal FLOP/s.
+    ``attention`` is the part of ``total`` spent in attention (the rest is matrix products with weights).
     """
 
     def __init__(self, model: PreTrainedModel):
         self.total = 0.0
+        self.attention = 0.0
         self.shape = ModelShape.of(model)
         embedding, head = model.get_input_embeddings().weight, model.get_output_embeddings().weight
         tied = embedding.data_ptr() == head.data_ptr()
@@ -88,6 +91,7 @@ class WorkMeter:
         rows, width = inputs.reshape(-1, inputs.shape[-1]).shape
         attention = 4.0 * self.shape.layers * self.shape.attention_width * width * (width + 1) / 2
         self.total += rows * (2.0 * self.body_parameters * width + attention)
+        self.attention += rows * attention
 
     def _count_head(self, module, args) -> None:
         hidden = args[0]
@@ -122,3 +126,22 @@ def matmul_peak(dtype: torch.dtype, size: int = 2048, repeats: int = 10, device:
             synchronize(a.device)
             best = min(best, time.perf_counter() - start)
     return 2.0 * size**3 / best
+
+
+def attention_peak(shape: ModelShape, size: int = 2048, repeats: int = 5, device: str = "cpu") -> float:
+    """Best FLOP/s of PyTorch's attention kernel (``scaled_dot_product_attention``, float32) on the
+    model's heads, ``size`` queries and keys with no mask, over ``repeats`` timed runs: the fastest
+    the kernel runs, as a causal mask only adds work at the diagonal's blocks."""
+    heads = shape.attention_width // shape.head_dim
+    query, key, value = (torch.randn(1, heads, size, shape.head_dim, device=device) for _ in range(3))
+    attention = torch.nn.functional.scaled_dot_product_attention
+    with torch.inference_mode():
+        attention(query, key, value)
+        best = float("inf")
+        for _ in range(repeats):
+            synchronize(query.device)
+            start = time.perf_counter()
+            attention(query, key, value)
+            synchronize(query.device)
+            best = min(best, time.perf_counter() - start)
+    return 4.0 * shape.attention_width * size**2 / best

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from benchmarks import run
-from benchmarks.flops import ModelShape, WorkMeter, matmul_peak, useful_flops
+from benchmarks.flops import ModelShape, WorkMeter, attention_peak, matmul_peak, useful_flops
 from benchmarks.references import (
     ScoredSequence,
     one_at_a_time_ifd,
@@ -71,7 +71,7 @@ def test_one_at_a_time_ifd_equals_hf_adapters(model, tokenizer):
 
 
 def test_useful_flops_count_scored_tokens_and_causal_attention():
-    shape = ModelShape(parameters=10, layers=2, attention_width=4)
+    shape = ModelShape(parameters=10, layers=2, attention_width=4, head_dim=2)
     # Length 5, the last 2 tokens scored: they are predicted from positions that see 3 and 4 keys.
     assert useful_flops(shape, [ScoredSequence(1.0, 2, 5)]) == 2 * 10 * 2 + 4 * 2 * 4 * (3 + 4)
     assert useful_flops(shape, [ScoredSequence(math.nan, 0, 3)]) == 0
@@ -89,6 +89,7 @@ def test_work_meter_charges_every_fed_position_and_output_row(model, tokenizer):
         with torch.inference_mode():
             model(torch.ones((2, 5), dtype=torch.long))
         assert meter.total == pytest.approx(body_flops(2, 5) + 2 * model.lm_head.weight.numel() * 10)
+        assert meter.attention == pytest.approx(2 * 4 * shape.layers * shape.attention_width * 5 * 6 / 2)
         meter.total = 0.0
         score_continuations(model, tokenizer, [([1, 2, 3], [4, 5])])
         assert meter.total == pytest.approx(body_flops(1, 5) + 2 * model.lm_head.weight.numel() * 2)
@@ -98,9 +99,25 @@ def test_work_meter_charges_every_fed_position_and_output_row(model, tokenizer):
     assert meter.total == pytest.approx(body_flops(1, 5) + 2 * model.lm_head.weight.numel() * 2)
 
 
+def test_speedup_ceiling_runs_products_at_the_matmul_peak_and_attention_at_its_kernel_peak():
+    section = run.Section("rolling perplexity, stride 8", "", [], [
+        run.Run("reference", "float32", 10.0, [], work=8e9),
+        run.Run("hf_adapters", "float32", 6.0, [], ours=True, work=6e9, attention_work=2e9),
+    ])
+    report = run.KernelReport("onednn", "measured", {"default": 1e9, "onednn": 2e9, "bfloat16": 8e9}, {}, 1e9)
+    # 4e9 FLOPs of products at the faster float32 peak (2 s) and 2e9 of attention at 1e9 FLOP/s (2 s).
+    assert run.speedup_ceiling(section, report) == pytest.approx(10.0 / 4.0)
+    section.runs[1].work = 0.0
+    assert math.isnan(run.speedup_ceiling(section, report))
+
+
+def test_attention_peak_is_a_positive_rate(model):
+    assert attention_peak(ModelShape.of(model), size=64, repeats=2) > 0
+
+
 def test_model_shape_reads_the_config(model):
     shape = ModelShape.of(model)
-    assert shape == ModelShape(sum(p.numel() for p in model.parameters()), 2, 64)
+    assert shape == ModelShape(sum(p.numel() for p in model.parameters()), 2, 64, 16)
 
 
 def test_matmul_peak_is_a_positive_rate():
@@ -129,6 +146,7 @@ def test_whole_run_writes_the_markdown_report_naming_machine_kernels_and_targets
                                                                                  tmp_path, capsys, native_bfloat16):
     monkeypatch.setattr(run, "load_model", lambda *args, **kwargs: (model, tokenizer))
     monkeypatch.setattr(run, "matmul_peak", lambda dtype, **kwargs: 1e9)
+    monkeypatch.setattr(run, "attention_peak", lambda shape, **kwargs: 5e8)
     monkeypatch.setattr(run, "cpu_has_native_bfloat16", lambda: native_bfloat16)
     output = tmp_path / "RESULTS.md"
     run.main(["--data", str(tmp_path / "missing.json"), "--parity-data", str(tmp_path / "missing.jsonl"),
@@ -142,7 +160,8 @@ def test_whole_run_writes_the_markdown_report_naming_machine_kernels_and_targets
     assert "- Seconds: each implementation's fastest of 2 rounds" in report
     for metric in ("| perplexity: 3 outputs", "| IFD: 4 records", "| Information Parity:"):
         assert metric in report
-    assert "## Targets" in report and "| reference's work / ours |" in report
+    assert "## Targets" in report and "| reference's work / ours | most possible here |" in report
+    assert "- Attention kernel peak (scaled_dot_product_attention" in report and "): 0.5 GFLOP/s" in report
     assert "work done, GFLOP |" in report and "| n/a |" not in report.split("## Targets")[0]
     for target in ("| chosen float32 kernel", "| perplexity, float32", "| IFD, float32"):
         assert target in report
