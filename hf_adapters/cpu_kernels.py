@@ -4,15 +4,15 @@ bfloat16 is worth using on this processor.
 PyTorch's x86 builds send float32 matrix products to MKL; oneDNN, bundled with the same builds,
 does its own dispatch. Which is faster depends on the processor: ``make bench`` measured a
 2048 x 2048 product at about 420 GFLOP/s through oneDNN against MKL's 190 on a 2-core AMD EPYC
-with AVX-512 (Zen 4), and 137 against 131 on one with AVX2 only (Zen 3); a Zen 3 machine has also
-been seen where MKL was the faster, and on one (2026-11-23) oneDNN won at 128 to 512 positions per
-product but MKL at 1024 and 2048, by up to 17%. So the first time a model is scored in a process, both run the
-model's own linear-layer shapes for a fraction of a second, at 128 positions, and the faster one
-is used from then on; a batch of at least ``LONG_ROWS`` positions (long documents and histories)
-gets its own choice, measured the same way at 1024 positions the first time one comes. Both
-compute in float32 and differ only in the order of the sums, as different batch shapes already
-make them differ. ``HF_ADAPTERS_CPU_LINEAR=auto|onednn|default``
-overrides the choice.
+with AVX-512 (Zen 4), 222 against 198 on another (2026-11-24), and 137 against 131 on one with
+AVX2 only (Zen 3); a Zen 3 machine has also been seen where MKL was the faster, and on one
+(2026-11-23) oneDNN won at 128 to 512 positions per product but MKL at 1024 and 2048, by up to
+17%. So the first time a model is scored in a process, both run the model's own linear-layer
+shapes for a fraction of a second, at 128 positions, and the faster one is used from then on; a
+batch of at least ``LONG_ROWS`` positions (long documents and histories) gets its own choice,
+measured the same way at 1024 positions the first time one comes. Both compute in float32 and
+differ only in the order of the sums, as different batch shapes already make them differ.
+``HF_ADAPTERS_CPU_LINEAR=auto|onednn|default`` overrides the choice.
 
 bfloat16 matrix products are fast only where the processor multiplies bfloat16 natively (x86:
 AVX512-BF16 or AMX; Arm: the BF16 extension); elsewhere PyTorch emulates them, several times
