@@ -1,4 +1,4 @@
-"""The machine's matmul ceiling and the useful work of a scoring job, in floating-point operations.
+"""The machine's matmul and attention ceilings and the useful work of a scoring job, in floating-point operations.
 
 Useful FLOPs of one scored token at position ``j`` of its sequence (``j`` tokens before it):
 ``2 * parameters`` (every weight once, a tied embedding counted once, as the output layer) plus
@@ -11,7 +11,7 @@ count nothing, so every implementation of the same job is credited the same work
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import torch
@@ -109,6 +109,21 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def fastest_seconds(call: Callable[[], object], device: torch.device, repeats: int) -> float:
+    """The fastest of ``repeats`` timed runs of ``call`` (in inference mode), after one untimed run
+    (kernel selection, first-touch allocation)."""
+    with torch.inference_mode():
+        call()
+        best = float("inf")
+        for _ in range(repeats):
+            synchronize(device)
+            start = time.perf_counter()
+            call()
+            synchronize(device)
+            best = min(best, time.perf_counter() - start)
+    return best
+
+
 def matmul_peak(dtype: torch.dtype, size: int = 2048, repeats: int = 10, device: str = "cpu",
                 kernel: str = "default") -> float:
     """Best FLOP/s of a ``size`` x ``size`` matrix product in ``dtype`` over ``repeats`` timed runs,
@@ -116,16 +131,7 @@ def matmul_peak(dtype: torch.dtype, size: int = 2048, repeats: int = 10, device:
     a = torch.randn(size, size, device=device).to(dtype)
     b = torch.randn(size, size, device=device).to(dtype)
     linear = LINEAR_KERNELS[kernel]
-    with torch.inference_mode():
-        linear(a, b)  # warm-up: kernel selection and first-touch allocation
-        best = float("inf")
-        for _ in range(repeats):
-            synchronize(a.device)
-            start = time.perf_counter()
-            linear(a, b)
-            synchronize(a.device)
-            best = min(best, time.perf_counter() - start)
-    return 2.0 * size**3 / best
+    return 2.0 * size**3 / fastest_seconds(lambda: linear(a, b), a.device, repeats)
 
 
 def attention_peak(shape: ModelShape, size: int = 2048, repeats: int = 5, device: str = "cpu") -> float:
@@ -135,13 +141,5 @@ def attention_peak(shape: ModelShape, size: int = 2048, repeats: int = 5, device
     heads = shape.attention_width // shape.head_dim
     query, key, value = (torch.randn(1, heads, size, shape.head_dim, device=device) for _ in range(3))
     attention = torch.nn.functional.scaled_dot_product_attention
-    with torch.inference_mode():
-        attention(query, key, value)
-        best = float("inf")
-        for _ in range(repeats):
-            synchronize(query.device)
-            start = time.perf_counter()
-            attention(query, key, value)
-            synchronize(query.device)
-            best = min(best, time.perf_counter() - start)
-    return 4.0 * shape.attention_width * size**2 / best
+    return 4.0 * shape.attention_width * size**2 / fastest_seconds(lambda: attention(query, key, value),
+                                                                   query.device, repeats)
