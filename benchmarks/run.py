@@ -446,6 +446,11 @@ class KernelReport:
     long: LinearKernelChoice | None = None  # the choice for batches of LONG_ROWS+ positions
 
     @property
+    def float32_peak(self) -> float:
+        """The faster float32 kernel's matmul peak."""
+        return max(rate for kernel, rate in self.peaks.items() if kernel != "bfloat16")
+
+    @property
     def chosen_share(self) -> float:
         """The chosen kernel's rate on the model's shapes over the faster candidate's."""
         return self.model_rates[self.chosen] / max(self.model_rates.values())
@@ -519,8 +524,7 @@ def speedup_ceiling(section: Section, report: KernelReport) -> float:
     ours = section.ours("float32")
     if not ours.work:
         return math.nan
-    matmul = max(rate for kernel, rate in report.peaks.items() if kernel != "bfloat16")
-    return section.reference.seconds / ((ours.work - ours.attention_work) / matmul
+    return section.reference.seconds / ((ours.work - ours.attention_work) / report.float32_peak
                                         + ours.attention_work / report.attention)
 
 
@@ -632,8 +636,7 @@ def main(argv: Sequence[str] | None = None) -> str:
     final = measure_peaks(device)
     kernels.peaks = {name: max(peak, final[name]) for name, peak in kernels.peaks.items()}
     kernels.attention = max(kernels.attention, attention_peak(shape, device=device.type))
-    peaks = {"float32": max(rate for name, rate in kernels.peaks.items() if name != "bfloat16"),
-             "bfloat16": kernels.peaks["bfloat16"]}
+    peaks = {"float32": kernels.float32_peak, "bfloat16": kernels.peaks["bfloat16"]}
     elapsed = time.perf_counter() - started
     load_after = os.getloadavg()[0] if hasattr(os, "getloadavg") else math.nan
 
