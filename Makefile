@@ -38,7 +38,7 @@ test: install
 
 bench: install
 	$(PY) -c "import lm_eval" 2>/dev/null || $(PY) -m pip install -q "$(LM_EVAL_SPEC)"
-	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE-1} $(PY) benchmarks/run.py --data ../shared/data/alpaca_cherry_5pct.json \
+	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE-1} $(PY) -m benchmarks.run --data ../shared/data/alpaca_cherry_5pct.json \
 		--conversation-data ../shared/data/mtbench_gpt4_reference.jsonl \
 		--rolling-data ../shared/data/tinyshakespeare.txt --output benchmarks/RESULTS.md
 
@@ -47,7 +47,7 @@ bench: install
 # read from there, never copied into this repository.
 PEERS ?= ../peers
 bench-peers: install
-	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE-1} $(PY) benchmarks/peers.py --peers $(PEERS) \
+	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE-1} $(PY) -m benchmarks.peers --peers $(PEERS) \
 		--data ../shared/data/alpaca_cherry_5pct.json --output benchmarks/PEERS.md
 
 clean:

@@ -1,1 +1,1 @@
-"""The benchmark suite: ``python benchmarks/run.py`` (``make bench``) and its pieces."""
+"""The benchmark suite: ``python -m benchmarks.run`` (``make bench``) and its pieces, run from the repository root."""

@@ -6,7 +6,7 @@ records with the real model, computes the same scores one at a time in float32 a
 cast to float64, and prints, per score, the largest relative distances from float64 and the
 floor the criterion ``|ours - f64| <= 2 |naive_f32 - f64| + floor * |f64|`` would need.
 
-    python benchmarks/exactness.py --data ../shared/data/alpaca_cherry_5pct.json --limit 32
+    python -m benchmarks.exactness --data ../shared/data/alpaca_cherry_5pct.json --limit 32
 """
 
 from __future__ import annotations
@@ -14,22 +14,17 @@ from __future__ import annotations
 import argparse
 import copy
 import os
-import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 import torch
 
-if __package__ in (None, ""):  # run as a script: make the repository importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.references import one_at_a_time_ifd, one_at_a_time_perplexity  # noqa: E402
-from benchmarks.run import cpu_name, read_records  # noqa: E402
-from hf_adapters.cpu_kernels import CPU_LINEAR_ENV, onednn_linear_available  # noqa: E402
-from hf_adapters.ifd import DEFAULT_TEMPLATE, DEFAULT_TEMPLATE_NO_INPUT, compute_ifd  # noqa: E402
-from hf_adapters.models import DEFAULT_MODEL_ID, load_model  # noqa: E402
-from hf_adapters.perplexity import compute_perplexity  # noqa: E402
+from benchmarks.common import cpu_name, instruction_records
+from benchmarks.references import one_at_a_time_ifd, one_at_a_time_perplexity
+from hf_adapters.cpu_kernels import CPU_LINEAR_ENV, onednn_linear_available
+from hf_adapters.ifd import DEFAULT_TEMPLATE, DEFAULT_TEMPLATE_NO_INPUT, compute_ifd
+from hf_adapters.models import DEFAULT_MODEL_ID, load_model
+from hf_adapters.perplexity import compute_perplexity
 
 
 def naive_scores(model, tokenizer, records: list[dict]) -> dict[str, np.ndarray]:
@@ -69,7 +64,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--batch-size", type=int, default=16)
     args = parser.parse_args(argv)
 
-    records, source = read_records(args.data, args.limit)
+    records, source = instruction_records(args.data, args.limit)
     model, tokenizer = load_model(args.model, dtype="float32", device="cpu")
     naive32 = naive_scores(model, tokenizer, records)
     naive64 = naive_scores(copy.deepcopy(model).to(torch.float64), tokenizer, records)

@@ -6,7 +6,7 @@ package's own work (both texts of every pair, one text per forward pass), which 
 of the core's kernels from that of scoring each text once, in batches. The package is a benchmark
 dependency only (`pip install information-parity==0.1.1`).
 
-    python benchmarks/parity_vs_package.py --data ../shared/data/flores200_dev10.jsonl [--output RESULTS.md]
+    python -m benchmarks.parity_vs_package --data ../shared/data/flores200_dev10.jsonl [--output RESULTS.md]
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ import numpy as np
 import torch
 from information_parity import InformationParity
 
-from hf_adapters.data_io import read_jsonl
-from hf_adapters.likelihood import score_continuations
+from hf_adapters.backends import score_continuations
+from hf_adapters.data_io import read_records
 from hf_adapters.models import DEFAULT_MODEL_ID, load_model
-from hf_adapters.parallel import evaluate_parallel, group_by_language
+from hf_adapters.parallel_corpus import evaluate_parallel, group_by_language
 from hf_adapters.texts import text_items
 
 
@@ -68,7 +68,7 @@ def main() -> None:
     parser.add_argument("--output", help="also write the results as Markdown here")
     args = parser.parse_args()
 
-    rows = read_jsonl(args.data)
+    rows = read_records(args.data)
     grouped = group_by_language(rows)
     model, tokenizer = load_model(args.model, dtype="float32", device="cpu")
     warmup = [row for row in rows if row["id"] == rows[0]["id"]]

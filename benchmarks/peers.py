@@ -11,7 +11,7 @@ from each peer.
     git clone https://github.com/tianyi-lab/Superfiltering ../peers/Superfiltering
     git clone https://github.com/OpenDataArena/OpenDataArena-Tool ../peers/OpenDataArena-Tool
     git -C ../peers/OpenDataArena-Tool checkout 88fb1f8   # its scorers before they moved to ODA-DataScorer
-    python benchmarks/peers.py --peers ../peers --data ../shared/data/alpaca_cherry_5pct.json \
+    python -m benchmarks.peers --peers ../peers --data ../shared/data/alpaca_cherry_5pct.json \
         --output benchmarks/PEERS.md
 
 The scripts load their model with ``from_pretrained(path)`` (Cherry_LLM names the LLaMA classes);
@@ -37,15 +37,12 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks.run import machine_description, read_records, relative_differences, spearman  # noqa: E402
-from benchmarks.run import timed as timed_on  # noqa: E402
-from hf_adapters.ifd import compute_ifd  # noqa: E402
-from hf_adapters.models import load_model  # noqa: E402
-from hf_adapters.perplexity import compute_perplexity  # noqa: E402
-from hf_adapters.selection import selection_indices  # noqa: E402
-from hf_adapters.texts import ppl_text  # noqa: E402
+from benchmarks.common import instruction_records, machine_description, relative_differences, spearman, timed
+from hf_adapters.ifd import compute_ifd
+from hf_adapters.models import load_model
+from hf_adapters.perplexity import compute_perplexity
+from hf_adapters.selection import selection_indices
+from hf_adapters.texts import ppl_text
 
 #: The seed's configs, as OpenDataArena-Tool reads them.
 SEED_CONFIGS = Path(__file__).resolve().parent.parent / "hf_adapters" / "configs"
@@ -117,10 +114,6 @@ def selection_verdict(ours: Sequence[int], theirs: Sequence[int]) -> str:
     if list(ours) == list(theirs):
         return f"same {len(ours)} rows"
     return f"differs: ours {len(ours)} rows, theirs {len(theirs)}, {len(set(ours) ^ set(theirs))} not shared"
-
-
-def timed(function: Callable[[], object]) -> tuple[object, float]:
-    return timed_on(function, torch.device("cpu"))
 
 
 def ifd_columns(records) -> tuple[list[str], list[str], list[str]]:
@@ -220,7 +213,7 @@ def report(comparisons: Sequence[Comparison], rows: int, source: str) -> str:
         f"# hf_adapters conventions against the peers' own code ({datetime.now(timezone.utc):%Y-%m-%d})",
         "",
         f"Machine: {machine_description(torch.device('cpu'))}. Model: SmolLM2-135M-Instruct, float32, the same "
-        f"loaded model on both sides. Rows: the first {rows} of {source}. Written by `benchmarks/peers.py`.",
+        f"loaded model on both sides. Rows: the first {rows} of {source}. Written by `python -m benchmarks.peers`.",
         "",
         "| peer code | convention | rows scored (ours / peer) | max relative difference | Spearman | selection "
         "| peer time | ours | speed-up |",
@@ -255,7 +248,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> str:
     args = parse_args(argv)
-    records, source = read_records(args.data, args.rows)
+    records, source = instruction_records(args.data, args.rows)
     records = [{key: record[key] for key in ("instruction", "input", "output")} for record in records]
     model, tokenizer = load_model()
     model.eval()

@@ -9,17 +9,15 @@ slowing down midway does not favour one of them. It names the machine: the proce
 flags that matter, the float32 linear kernel chosen and the measured rate of every candidate,
 and checks the targets. It prints a Markdown report and writes it to ``--output``.
 
-    python benchmarks/run.py --data ../shared/data/alpaca_cherry_5pct.json --output benchmarks/RESULTS.md
+    python -m benchmarks.run --data ../shared/data/alpaca_cherry_5pct.json --output benchmarks/RESULTS.md
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
-import json
 import math
 import os
-import platform
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -30,20 +28,25 @@ from pathlib import Path
 import numpy as np
 import torch
 
-if __package__ in (None, ""):  # run as a script: make the repository importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.flops import (  # noqa: E402
+from benchmarks.common import (
+    instruction_records,
+    log,
+    machine_description,
+    parallel_rows,
+    relative_differences,
+    spearman,
+    timed,
+)
+from benchmarks.flops import (
     FORMULA,
     WORK_FORMULA,
     ModelShape,
     WorkMeter,
     attention_peak,
     matmul_peak,
-    synchronize,
     useful_flops,
 )
-from benchmarks.references import (  # noqa: E402
+from benchmarks.references import (
     ScoredSequence,
     lm_eval_rolling_nll,
     one_at_a_time_conversation_ifd,
@@ -53,29 +56,25 @@ from benchmarks.references import (  # noqa: E402
     pad_to_longest_perplexity,
     text_ids,
 )
-from hf_adapters.cpu_kernels import (  # noqa: E402
+from hf_adapters.cpu_kernels import (
     LONG_MEASURE_ROWS,
     LONG_ROWS,
     LinearKernelChoice,
     choose_cpu_linear,
     cpu_flags,
     cpu_has_native_bfloat16,
-    cpuinfo_value,
     linear_shapes,
     measure_linear_rates,
     onednn_linear_available,
 )
-from hf_adapters.data_io import read_jsonl  # noqa: E402
-from hf_adapters.ifd import DEFAULT_TEMPLATE, DEFAULT_TEMPLATE_NO_INPUT, compute_ifd  # noqa: E402
-from hf_adapters.models import DEFAULT_MODEL_ID, load_model  # noqa: E402
-from hf_adapters.parallel import evaluate_parallel, group_by_language  # noqa: E402
-from hf_adapters.perplexity import compute_perplexity  # noqa: E402
-from hf_adapters.scorers import ConversationIFDScorer  # noqa: E402
-from hf_adapters.texts import rolling_items  # noqa: E402
+from hf_adapters.data_io import read_records
+from hf_adapters.ifd import DEFAULT_TEMPLATE, DEFAULT_TEMPLATE_NO_INPUT, compute_ifd
+from hf_adapters.models import DEFAULT_MODEL_ID, load_model
+from hf_adapters.parallel_corpus import evaluate_parallel, group_by_language
+from hf_adapters.perplexity import compute_perplexity
+from hf_adapters.scorers import ConversationIFDScorer
+from hf_adapters.texts import rolling_items
 
-PACKAGE_DATA = Path(__file__).resolve().parents[1] / "hf_adapters" / "data"
-SAMPLE_RECORDS = PACKAGE_DATA / "sample.jsonl"
-SAMPLE_PARALLEL = PACKAGE_DATA / "parallel_sample.jsonl"
 #: Processor flags that decide the kernels: AVX2 and AVX-512 for float32, AVX512-BF16 and AMX for bfloat16.
 FLAGS_THAT_MATTER = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
 #: The targets the report checks: chosen kernel vs the faster candidate; our float32 speed-ups.
@@ -117,61 +116,6 @@ class Section:
     def ours(self, dtype: str = "float32") -> Run:
         """Our run in ``dtype``."""
         return next(run for run in self.runs if run.ours and run.dtype == dtype)
-
-
-def relative_differences(scores: Sequence[float], reference: Sequence[float]) -> np.ndarray:
-    """|score - reference| / |reference| over the rows where both are finite."""
-    a, b = np.asarray(scores, dtype=np.float64), np.asarray(reference, dtype=np.float64)
-    keep = np.isfinite(a) & np.isfinite(b) & (b != 0)
-    return np.abs(a[keep] - b[keep]) / np.abs(b[keep])
-
-
-def spearman(scores: Sequence[float], reference: Sequence[float]) -> float:
-    """Spearman rank correlation over the rows where both are finite."""
-    from scipy.stats import spearmanr
-
-    a, b = np.asarray(scores, dtype=np.float64), np.asarray(reference, dtype=np.float64)
-    keep = np.isfinite(a) & np.isfinite(b)
-    return float(spearmanr(a[keep], b[keep]).statistic)
-
-
-def timed(function: Callable[[], list[float]], device: torch.device) -> tuple[list[float], float]:
-    """The function's scores and its wall time in seconds."""
-    synchronize(device)
-    start = time.perf_counter()
-    scores = function()
-    synchronize(device)
-    return scores, time.perf_counter() - start
-
-
-def read_records(path: str | None, limit: int) -> tuple[list[dict], str]:
-    """The first ``limit`` instruction/input/output records of ``path`` (a JSON list or JSONL), or of
-    the package's sample data when ``path`` is missing; and where they came from."""
-    if path and Path(path).is_file():
-        text = Path(path).read_text(encoding="utf-8")
-        records = json.loads(text) if text.lstrip().startswith("[") else [json.loads(line) for line in
-                                                                         text.splitlines() if line.strip()]
-        source = path
-    else:
-        records = read_jsonl(SAMPLE_RECORDS)
-        source = f"{SAMPLE_RECORDS.relative_to(PACKAGE_DATA.parents[1])} (fallback: {path} not found)"
-    return [dict(record, input=record.get("input") or "") for record in records[:limit]], source
-
-
-def read_parallel(path: str | None, ids_per_language: int) -> tuple[list[dict], str]:
-    """The first ``ids_per_language`` sentence ids of a FLORES-style ``{lang, id, text}`` file, or of
-    the package's parallel sample when ``path`` is missing; and where they came from."""
-    if path and Path(path).is_file():
-        rows, source = read_jsonl(path), path
-    else:
-        rows = read_jsonl(SAMPLE_PARALLEL)
-        source = f"{SAMPLE_PARALLEL.relative_to(PACKAGE_DATA.parents[1])} (fallback: {path} not found)"
-    ids = list(dict.fromkeys(row["id"] for row in rows))[:ids_per_language]
-    return [row for row in rows if row["id"] in ids], source
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 @dataclass
@@ -263,7 +207,7 @@ def bench_ifd(models: dict, tokenizer, records: list[dict], batch_size: int, tim
 
 
 def package_runner() -> Callable | None:
-    """The package comparison of ``benchmarks/parity_vs_package.py``, if ``information-parity`` is installed."""
+    """The package comparison of ``benchmarks.parity_vs_package``, if ``information-parity`` is installed."""
     try:
         from benchmarks.parity_vs_package import run_package
     except ImportError:
@@ -420,18 +364,6 @@ def drift_table(sections: list[Section]) -> str:
             f"{np.median(rel):.1e} | {rel.max():.1e} | {spearman(bf16.scores, section.reference.scores):.4f} |"
         )
     return "\n".join(lines)
-
-
-def cpu_name() -> str:
-    return cpuinfo_value("model name") or platform.processor() or platform.machine()
-
-
-def machine_description(device: torch.device) -> str:
-    if device.type == "cuda":
-        return f"{torch.cuda.get_device_name(device)}, torch {torch.__version__}"
-    return (f"{cpu_name()} ({platform.machine()}, {os.cpu_count()} logical CPUs, {torch.get_num_threads()} torch "
-            f"threads, {torch.backends.cpu.get_cpu_capability()}), {platform.system()} {platform.release()}, "
-            f"Python {platform.python_version()}, torch {torch.__version__}")
 
 
 @dataclass
@@ -596,7 +528,7 @@ def main(argv: Sequence[str] | None = None) -> str:
     device = torch.device(args.device)
     date = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else math.nan
-    command = "python benchmarks/run.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = "python -m benchmarks.run " + " ".join(sys.argv[1:] if argv is None else argv)
 
     log("Loading the model ...")
     fp32, tokenizer = load_model(args.model, dtype="float32", device=device)
@@ -611,8 +543,8 @@ def main(argv: Sequence[str] | None = None) -> str:
     shape = ModelShape.of(fp32)
     timing = Timing(device, args.rounds, [WorkMeter(model) for model in models.values()])
 
-    records, source = read_records(args.data, args.limit)
-    parity_rows, parity_source = read_parallel(args.parity_data, args.parity_ids)
+    records, source = instruction_records(args.data, args.limit)
+    parity_rows, parity_source = parallel_rows(args.parity_data, args.parity_ids)
     log(f"Benchmarking on {len(records)} records of {source} ...")
     sections = [
         bench_perplexity(models, tokenizer, [r["output"] for r in records[: args.perplexity_limit]],
@@ -622,7 +554,7 @@ def main(argv: Sequence[str] | None = None) -> str:
     ]
     conversation_note = "no conversations (no --conversation-data)"
     if args.conversation_data and Path(args.conversation_data).is_file():
-        conversations = [row["messages"] for row in read_jsonl(args.conversation_data)]
+        conversations = [row["messages"] for row in read_records(args.conversation_data)]
         conversation_note = f"{args.conversation_data} ({len(conversations)} conversations)"
         sections.append(bench_conversations(models, tokenizer, conversations, args.batch_size, timing))
     rolling_note = "no rolling perplexity (no --rolling-data)"

@@ -1,25 +1,58 @@
 """Exact, batched language-model scores for data curation, on one shared likelihood core.
 
-Names are imported lazily, so that ``import hf_adapters.ifeval`` or the command line's ``--help``
-do not pay for importing torch and transformers.
+The public names below are imported on first use, so that ``import hf_adapters.ifeval`` or the
+command line's ``--help`` do not pay for importing torch and transformers; ``dir(hf_adapters)``
+and type checkers see them all.
 """
 
-from importlib import import_module
+from __future__ import annotations
 
+from importlib import import_module
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .backends import BackendOptions, LikelihoodBackend, TransformersBackend, register_backend, score_continuations
+    from .columns import (
+        add_ifd_column,
+        add_ifeval_columns,
+        add_information_parity_column,
+        add_perplexity_column,
+        add_score_columns,
+    )
+    from .conversations import to_messages
+    from .ifd import IFDOptions, compute_ifd
+    from .ifeval import compute_ifeval
+    from .information_parity import InformationParityOptions, compute_information_parity
+    from .jobs import score_dataset
+    from .likelihood import ContinuationScore, start_token_id
+    from .models import DEFAULT_MODEL_ID, ModelLoadError, clear_model_cache, load_model, model_identity
+    from .parallel_corpus import evaluate_parallel
+    from .perplexity import PerplexityOptions, compute_perplexity
+    from .scorers import build_scorer
+    from .selection import select
+
+#: Each public name, and the module it comes from.
 _EXPORTS = {
+    "BackendOptions": "backends",
+    "LikelihoodBackend": "backends",
+    "TransformersBackend": "backends",
+    "register_backend": "backends",
+    "score_continuations": "backends",
     "ContinuationScore": "likelihood",
-    "score_continuations": "likelihood",
     "start_token_id": "likelihood",
     "DEFAULT_MODEL_ID": "models",
     "ModelLoadError": "models",
     "clear_model_cache": "models",
     "load_model": "models",
     "model_identity": "models",
+    "PerplexityOptions": "perplexity",
     "compute_perplexity": "perplexity",
+    "IFDOptions": "ifd",
     "compute_ifd": "ifd",
-    "compute_information_parity": "parity",
+    "InformationParityOptions": "information_parity",
+    "compute_information_parity": "information_parity",
     "compute_ifeval": "ifeval",
-    "evaluate_parallel": "parallel",
+    "evaluate_parallel": "parallel_corpus",
     "add_perplexity_column": "columns",
     "add_ifd_column": "columns",
     "add_information_parity_column": "columns",
@@ -38,3 +71,7 @@ def __getattr__(name: str):
     if name not in _EXPORTS:
         raise AttributeError(f"module 'hf_adapters' has no attribute {name!r}")
     return getattr(import_module(f".{_EXPORTS[name]}", __name__), name)
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})

@@ -12,19 +12,21 @@ with ``new_fingerprint=``.
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
+import inspect
 import logging
 from collections.abc import Mapping
 from typing import Any
 
-import torch
 from datasets import Dataset, DatasetDict, Value
 from datasets.fingerprint import Hasher, generate_random_fingerprint
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from .ifd import DEFAULT_REVERSE_TEMPLATE, convention_settings
-from .models import DEFAULT_MODEL_ID
-from .options import DEFAULT_BATCH_SIZE, DEFAULT_MAX_LENGTH
+from .backends import BackendOptions
+from .ifd import IFDOptions
+from .information_parity import InformationParityOptions
+from .options import partition_options, takes_options
+from .perplexity import PerplexityOptions
 from .scorers import (
     ConversationIFDScorer,
     ConversationPerplexityScorer,
@@ -57,11 +59,12 @@ def result_fingerprint(ds: Dataset, scorer: RowScorer, names: Mapping[str, str])
     """
     fingerprint = {key: value for key, value in scorer.fingerprint().items() if key != "batch_size"}
     parts = [ds._fingerprint, importlib.metadata.version("hf_adapters"), fingerprint, dict(names)]
-    if isinstance(scorer, ModelRowScorer) and scorer.model_object is not None:
-        logger.info("A `model` object was passed: the result is not cached across calls; "
-                    "pass `new_fingerprint=` to name it yourself.")
+    identity = scorer.model_identity()
+    if isinstance(scorer, ModelRowScorer) and identity is None:
+        logger.info("A `model` object (or a backend that cannot say what it runs) was passed: the result is not "
+                    "cached across calls; pass `new_fingerprint=` to name it yourself.")
         return generate_random_fingerprint()
-    return Hasher.hash([*parts, scorer.model_identity()])
+    return Hasher.hash([*parts, identity])
 
 
 def add_score_columns(
@@ -111,10 +114,24 @@ def add_score_columns(
     return ds.map(score, batched=True, with_indices=True, **kwargs)
 
 
-def _model(model_id: str, model: PreTrainedModel | None) -> Any:
-    return model_id if model is None else model
+@functools.cache
+def map_keywords() -> frozenset[str]:
+    """The keyword arguments of ``Dataset.map`` a helper passes on (not those it sets itself)."""
+    own = {"self", "function", "batched", "with_indices", "fn_kwargs"}
+    return frozenset(set(inspect.signature(Dataset.map).parameters) - own)
 
 
+def scorer_for(cls: type[ModelRowScorer], caller: str, options: Mapping[str, Any],
+               **config: Any) -> tuple[ModelRowScorer, dict[str, Any]]:
+    """The scorer a helper's keyword ``options`` build (the metric's options and
+    :class:`~hf_adapters.backends.BackendOptions`), and the rest for ``Dataset.map``; a name that
+    is neither is a ValueError naming ``caller`` and its valid options."""
+    run, metric, map_kwargs = partition_options(options, BackendOptions.names(), cls.option_spec.names(),
+                                                caller=caller, others=map_keywords())
+    return cls.from_options({**run, **metric}, caller=caller, **config), map_kwargs
+
+
+@takes_options(BackendOptions, PerplexityOptions)
 def add_perplexity_column(
     ds: Dataset | DatasetDict,
     *,
@@ -124,16 +141,7 @@ def add_perplexity_column(
     input_column: str | None = "input",
     output_column: str = "output",
     column: str = "perplexity",
-    model_id: str = DEFAULT_MODEL_ID,
-    batch_size: int = DEFAULT_BATCH_SIZE,
-    max_length: int | None = None,
-    stride: int | None = None,
-    return_token_losses: bool = False,
-    dtype: str | torch.dtype | None = None,
-    device: str | torch.device | None = None,
-    model: PreTrainedModel | None = None,
-    tokenizer: PreTrainedTokenizerBase | None = None,
-    **map_kwargs: Any,
+    **options: Any,
 ) -> Dataset | DatasetDict:
     """Return ``ds`` with a ``column`` of per-row perplexities (with ``stride``: of every token, in
     rolling windows of at most ``max_length`` tokens).
@@ -142,9 +150,11 @@ def add_perplexity_column(
     ``messages_column`` (a conversation per row, OpenAI or ShareGPT form) the perplexity is that of
     the assistant tokens after their history (:class:`~hf_adapters.scorers.ConversationPerplexityScorer`);
     else the text is the non-empty instruction, input and output joined with newlines
-    (:class:`~hf_adapters.scorers.PPLScorer`; ``input_column=None``: no input). ``map_kwargs`` go
-    to ``Dataset.map``. ``return_token_losses`` adds ``tokens`` and ``token_losses`` columns: per
-    row, the scored tokens and their NLLs.
+    (:class:`~hf_adapters.scorers.PPLScorer`; ``input_column=None``: no input).
+    ``return_token_losses`` adds ``tokens`` and ``token_losses`` columns: per row, the scored
+    tokens and their NLLs. The options are those of
+    :class:`~hf_adapters.perplexity.PerplexityOptions` and :class:`~hf_adapters.backends.BackendOptions`;
+    ``Dataset.map``'s keyword arguments go to it.
 
     Example:
         >>> from datasets import Dataset
@@ -153,23 +163,19 @@ def add_perplexity_column(
         >>> add_perplexity_column(ds, text_column="text").column_names
         ['text', 'perplexity']
     """
-    options = {"model": _model(model_id, model), "tokenizer": tokenizer, "batch_size": batch_size,
-               "max_length": max_length, "stride": stride, "return_token_losses": return_token_losses,
-               "dtype": dtype, "device": device}
     if messages_column is not None:
-        if stride is not None or return_token_losses:
-            raise ValueError("`stride` and `return_token_losses` score texts; conversations take neither.")
-        options.pop("stride")
-        options.pop("return_token_losses")
-        scorer = ConversationPerplexityScorer(messages_column=messages_column, **options)
+        columns, cls = {"messages_column": messages_column}, ConversationPerplexityScorer
     elif text_column is not None:
-        scorer = PerplexityScorer(text_column=text_column, **options)
+        columns, cls = {"text_column": text_column}, PerplexityScorer
     else:
-        scorer = PPLScorer(instruction_column=instruction_column, input_column=input_column,
-                           output_column=output_column, **options)
+        columns = {"instruction_column": instruction_column, "input_column": input_column,
+                   "output_column": output_column}
+        cls = PPLScorer
+    scorer, map_kwargs = scorer_for(cls, "add_perplexity_column", options, **columns)
     return add_score_columns(ds, scorer, names={"perplexity": column}, desc="Perplexity", **map_kwargs)
 
 
+@takes_options(BackendOptions, IFDOptions)
 def add_ifd_column(
     ds: Dataset | DatasetDict,
     *,
@@ -177,26 +183,10 @@ def add_ifd_column(
     input_column: str | None = "input",
     output_column: str = "output",
     messages_column: str | None = None,
-    turns: str = "last",
-    turn_template: str | None = None,
     ifd_column: str = "ifd",
     conditional_column: str = "ppl_conditional",
     direct_column: str = "ppl_direct",
-    model_id: str = DEFAULT_MODEL_ID,
-    template: str | None = None,
-    template_no_input: str | None = None,
-    max_length: int | None = DEFAULT_MAX_LENGTH,
-    mode: str | None = None,
-    convention: str = "exact",
-    direction: str = "forward",
-    reverse_template: str = DEFAULT_REVERSE_TEMPLATE,
-    return_token_losses: bool = False,
-    batch_size: int = DEFAULT_BATCH_SIZE,
-    dtype: str | torch.dtype | None = None,
-    device: str | torch.device | None = None,
-    model: PreTrainedModel | None = None,
-    tokenizer: PreTrainedTokenizerBase | None = None,
-    **map_kwargs: Any,
+    **options: Any,
 ) -> Dataset | DatasetDict:
     """Return ``ds`` with IFD columns: ``ifd``, ``ppl_conditional`` (PPL(A|Q)) and ``ppl_direct`` (PPL(A)).
 
@@ -209,9 +199,8 @@ def add_ifd_column(
     ``ifd_column`` names another. ``return_token_losses`` adds ``tokens``,
     ``conditional_token_losses`` and ``direct_token_losses`` columns. ``convention`` (``"cherry"``,
     ``"superfiltering"`` or ``"opendataarena"``) reproduces that peer's numbers, as in
-    :func:`~hf_adapters.ifd.compute_ifd`: ``template``, ``template_no_input`` and ``mode`` then
-    default to the peer's (else to the seed's ChatML prompts and ``ppl_ratio``). ``map_kwargs`` go
-    to ``Dataset.map``.
+    :func:`~hf_adapters.ifd.compute_ifd`. The options are those of :class:`~hf_adapters.ifd.IFDOptions`
+    and :class:`~hf_adapters.backends.BackendOptions`; ``Dataset.map``'s keyword arguments go to it.
 
     Example:
         >>> from datasets import Dataset
@@ -220,44 +209,31 @@ def add_ifd_column(
         >>> add_ifd_column(ds).column_names
         ['instruction', 'input', 'output', 'ifd', 'ppl_conditional', 'ppl_direct']
     """
-    template, template_no_input, mode = convention_settings(convention, template, template_no_input, mode)
-    options = {"model": _model(model_id, model), "tokenizer": tokenizer, "max_length": max_length, "mode": mode,
-               "batch_size": batch_size, "dtype": dtype, "device": device}
     if messages_column is not None:
-        if direction != "forward" or return_token_losses or convention != "exact":
-            raise ValueError("Conversations are scored forward, without token losses, with convention='exact'.")
-        scorer = ConversationIFDScorer(messages_column=messages_column, turns=turns, template=turn_template,
-                                       **options)
+        scorer, map_kwargs = scorer_for(ConversationIFDScorer, "add_ifd_column", options,
+                                        messages_column=messages_column)
     else:
-        if convention != "exact":  # only then: an exact call keeps its fingerprint
-            options["convention"] = convention
-        scorer = IFDScorer(instruction_column=instruction_column, input_column=input_column,
-                           output_column=output_column, template=template, template_no_input=template_no_input,
-                           direction=direction, reverse_template=reverse_template,
-                           return_token_losses=return_token_losses, **options)
-    if direction == "reverse" and ifd_column == "ifd":
+        scorer, map_kwargs = scorer_for(IFDScorer, "add_ifd_column", options, instruction_column=instruction_column,
+                                        input_column=input_column, output_column=output_column)
+    if scorer.setting("direction") == "reverse" and ifd_column == "ifd":
         ifd_column = "r_ifd"
     names = {"ifd": ifd_column, "ppl_conditional": conditional_column, "ppl_direct": direct_column}
     return add_score_columns(ds, scorer, names=names, desc="IFD", **map_kwargs)
 
 
+@takes_options(BackendOptions, InformationParityOptions)
 def add_information_parity_column(
     ds: Dataset | DatasetDict,
     *,
     prediction_column: str,
     reference_column: str,
     column: str = "information_parity",
-    model_id: str = DEFAULT_MODEL_ID,
-    batch_size: int = DEFAULT_BATCH_SIZE,
-    max_length: int | None = None,
-    dtype: str | torch.dtype | None = None,
-    device: str | torch.device | None = None,
-    model: PreTrainedModel | None = None,
-    tokenizer: PreTrainedTokenizerBase | None = None,
-    **map_kwargs: Any,
+    **options: Any,
 ) -> Dataset | DatasetDict:
     """Return ``ds`` with a ``column`` of per-row Information Parity NLL(``reference_column``) /
-    NLL(``prediction_column``), NaN where either text is empty. ``map_kwargs`` go to ``Dataset.map``.
+    NLL(``prediction_column``), NaN where either text is empty. The options are those of
+    :class:`~hf_adapters.information_parity.InformationParityOptions` and
+    :class:`~hf_adapters.backends.BackendOptions`; ``Dataset.map``'s keyword arguments go to it.
 
     Example:
         >>> from datasets import Dataset
@@ -266,10 +242,8 @@ def add_information_parity_column(
         >>> add_information_parity_column(ds, prediction_column="fr", reference_column="en").column_names
         ['fr', 'en', 'information_parity']
     """
-    scorer = InformationParityScorer(
-        prediction_column=prediction_column, reference_column=reference_column, model=_model(model_id, model),
-        tokenizer=tokenizer, batch_size=batch_size, max_length=max_length, dtype=dtype, device=device,
-    )
+    scorer, map_kwargs = scorer_for(InformationParityScorer, "add_information_parity_column", options,
+                                    prediction_column=prediction_column, reference_column=reference_column)
     return add_score_columns(ds, scorer, names={"information_parity": column}, desc="Information parity",
                              **map_kwargs)
 

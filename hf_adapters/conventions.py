@@ -1,5 +1,6 @@
-"""The peers' token pairs: how Cherry_LLM, Superfiltering and OpenDataArena-Tool cut a row into the
-tokens they score, so that their IFD and perplexity numbers can be reproduced exactly.
+"""Conventions as data: one table per score (IFD, perplexity, selection) of the ways to compute it,
+with what each one does, and the peers' token pairs: how Cherry_LLM, Superfiltering and
+OpenDataArena-Tool cut a row into the tokens they score, so that their numbers can be reproduced exactly.
 
 All of them compute "answer perplexity after the prompt over answer perplexity alone", but each
 builds its token sequences its own way (``metrics/ifd/README.md`` has the table):
@@ -19,38 +20,68 @@ batch size.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-#: ``exact``: this library's definition; the others reproduce a peer's published code.
-CONVENTIONS = ("exact", "cherry", "superfiltering", "opendataarena")
-#: The conventions of perplexity: only OpenDataArena-Tool's ``PPLScorer`` differs from ours.
-PERPLEXITY_CONVENTIONS = ("exact", "opendataarena")
-
 Pair = tuple[list[int], list[int]]
 
 
 @dataclass(frozen=True)
-class PeerConvention:
-    """How one peer builds IFD's two passes from a row."""
+class Convention:
+    """One way of computing a score: this library's definition (``exact``) or a peer's published code."""
 
-    #: The prompt of a row with an input (``{instruction}``, ``{input}``) and without; None: the seed's ChatML.
-    template: str | None
-    template_no_input: str | None
-    #: The IFD ratio the peer reports: ``ppl_ratio`` or ``loss_ratio``.
-    mode: str
-    #: The text before the answer in the direct pass.
-    direct_prefix: str
-    #: The direct pass is cut to ``max_length - prompt tokens + direct_slack`` tokens.
-    direct_slack: int
-    #: Rows the peer's selection step never rates (prompt + direct answer longer than ``max_length``) get NaN.
-    unrated_when_long: bool = False
+    #: What it does, in a sentence: the command line's help and the Space show it.
+    description: str
     #: Where the peer's code lives, for messages and the card.
     source: str = ""
+
+
+@dataclass(frozen=True)
+class IFDConvention(Convention):
+    """How one implementation builds IFD's two passes from a row."""
+
+    #: The prompt of a row with an input (``{instruction}``, ``{input}``) and without; None: the seed's ChatML.
+    template: str | None = None
+    template_no_input: str | None = None
+    #: The IFD ratio it reports: ``ppl_ratio`` or ``loss_ratio``.
+    mode: str = "ppl_ratio"
+    #: Whether the token pairs are built as a peer's code builds them (see above); False: the exact definition.
+    peer: bool = False
+    #: The text before the answer in the direct pass.
+    direct_prefix: str = ""
+    #: The direct pass is cut to ``max_length - prompt tokens + direct_slack`` tokens.
+    direct_slack: int = 1
+    #: Rows the peer's selection step never rates (prompt + direct answer longer than ``max_length``) get NaN.
+    unrated_when_long: bool = False
+
+
+@dataclass(frozen=True)
+class PerplexityConvention(Convention):
+    """Which tokens of a text perplexity scores."""
+
+    #: Whether the text is tokenized with the tokenizer's default special tokens and every token after
+    #: the first is scored (OpenDataArena-Tool's ``PPLScorer``); False: every token after the start token.
+    peer: bool = False
+
+
+@dataclass(frozen=True)
+class SelectionConvention(Convention):
+    """How the rows to keep are chosen from their scores."""
+
+    #: The ``max_score`` cut-off when none is given.
+    max_score: float | None = None
+    #: Keep only scores below ``max_score`` (else at or below).
+    strictly_below: bool = False
+    #: The ``top`` fraction counts the rows left after the cut-offs (else all input rows).
+    top_of_kept: bool = False
+    #: Of tied scores, the later row ranks first (else the earlier).
+    later_first_on_ties: bool = False
+    #: The order of the kept rows when none is asked for: ``input`` or ``score`` (best first).
+    order: str = "input"
 
 
 #: Stanford Alpaca's prompts, which Cherry_LLM's scripts use with ``--prompt alpaca``.
@@ -65,27 +96,63 @@ ALPACA_TEMPLATE_NO_INPUT = (
     "### Instruction:\n{instruction}\n\n### Response:"
 )
 
-PEER_CONVENTIONS = {
-    "cherry": PeerConvention(
-        ALPACA_TEMPLATE, ALPACA_TEMPLATE_NO_INPUT, mode="loss_ratio", direct_prefix="### Response:",
-        direct_slack=4, unrated_when_long=True,
+#: IFD's conventions: ``exact`` is this library's definition; the others reproduce a peer's published code.
+IFD_CONVENTIONS: dict[str, IFDConvention] = {
+    "exact": IFDConvention(
+        "this library's IFD: the same answer tokens in both passes, the direct one after the start token alone",
+    ),
+    "cherry": IFDConvention(
+        "Cherry_LLM's numbers (Alpaca prompt, ratio of mean losses); its selection script drops scores above 1",
         source="tianyi-lab/Cherry_LLM cherry_seletion/data_analysis.py and data_by_IFD.py (--prompt alpaca)",
+        template=ALPACA_TEMPLATE, template_no_input=ALPACA_TEMPLATE_NO_INPUT, mode="loss_ratio", peer=True,
+        direct_prefix="### Response:", direct_slack=4, unrated_when_long=True,
     ),
-    "superfiltering": PeerConvention(
-        "{instruction}\n{input}\n", "{instruction}\n", mode="ppl_ratio", direct_prefix="", direct_slack=1,
+    "superfiltering": IFDConvention(
+        "Superfiltering's numbers (instruction and input on their own lines, no BOS in the direct pass)",
         source="tianyi-lab/Superfiltering code_ifd/data_analysis.py and put_analysis_to_data.py",
+        template="{instruction}\n{input}\n", template_no_input="{instruction}\n", peer=True,
     ),
-    "opendataarena": PeerConvention(
-        None, None, mode="ppl_ratio", direct_prefix="", direct_slack=1,
+    "opendataarena": IFDConvention(
+        "OpenDataArena-Tool's IFDScorer (the seed's ChatML prompt, the answer as the tokenizer encodes it alone)",
         source="OpenDataArena/OpenDataArena-Tool data_scorer/model_based/scorers/IFDScorer.py (score_item)",
+        peer=True,
+    ),
+}
+#: The IFD conventions that reproduce a peer.
+PEER_CONVENTIONS = {name: convention for name, convention in IFD_CONVENTIONS.items() if convention.peer}
+
+#: Perplexity's conventions: only OpenDataArena-Tool's ``PPLScorer`` differs from ours.
+PERPLEXITY_CONVENTIONS: dict[str, PerplexityConvention] = {
+    "exact": PerplexityConvention("every token of the text, the first after the start token (BOS, else EOS)"),
+    "opendataarena": PerplexityConvention(
+        "OpenDataArena-Tool's PPLScorer: the text with the tokenizer's special tokens, every token after the first",
+        source="OpenDataArena/OpenDataArena-Tool data_scorer/model_based/scorers/PPLScorer.py", peer=True,
+    ),
+}
+
+#: Selection's conventions: the rules of ``hf_adapters.selection``, or a peer's selection script.
+SELECTION_CONVENTIONS: dict[str, SelectionConvention] = {
+    "exact": SelectionConvention(
+        "drop rows without a score and outside the cut-offs, then keep the top fraction of all rows (rounded "
+        "down) or the top N, ties in input order",
+    ),
+    "cherry": SelectionConvention(
+        "Cherry_LLM's data_by_IFD.py: drops scores above 1, the top fraction counts the rows left after the "
+        "cut-offs, ties go to the later row",
+        source="tianyi-lab/Cherry_LLM cherry_seletion/data_by_IFD.py",
+        max_score=1.0, top_of_kept=True, later_first_on_ties=True,
+    ),
+    "superfiltering": SelectionConvention(
+        "Superfiltering's select_data.py: keeps scores below 1, best first",
+        source="tianyi-lab/Superfiltering code_ifd/select_data.py",
+        max_score=1.0, strictly_below=True, order="score",
     ),
 }
 
 
-def check_convention(convention: str, valid: Sequence[str] = CONVENTIONS) -> None:
-    """Raise a ValueError for a convention not in ``valid``."""
-    if convention not in valid:
-        raise ValueError(f"Unknown convention {convention!r}; valid conventions: {list(valid)}")
+def describe(conventions: Mapping[str, Convention]) -> str:
+    """One line naming each convention with its description, for help texts."""
+    return "; ".join(f"{name}: {convention.description}" for name, convention in conventions.items())
 
 
 def encode(
@@ -113,7 +180,7 @@ def split_pairs(
 
 def peer_ifd_pairs(
     tokenizer: PreTrainedTokenizerBase,
-    convention: PeerConvention,
+    convention: IFDConvention,
     prompts: Sequence[str],
     answers: Sequence[str],
     max_length: int,

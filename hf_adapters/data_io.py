@@ -1,4 +1,5 @@
-"""Read instruction rows (``id``, ``instruction``, ``input``, ``output``) from the files people keep them in."""
+"""Read rows from the files people keep them in: a data set of any size as a ``datasets.Dataset``
+(:func:`read_rows`), a small file as plain dicts (:func:`read_records`), pasted JSONL text (:func:`parse_jsonl`)."""
 
 from __future__ import annotations
 
@@ -132,15 +133,11 @@ def parse_jsonl(text: str, source: str | None = None) -> list[dict[str, Any]]:
     return rows
 
 
-def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    """The rows of a JSONL file (blank lines skipped); errors name the line."""
-    return parse_jsonl(Path(path).read_text(encoding="utf-8"), str(path))
-
-
 def read_records(path: str | Path) -> list[dict[str, Any]]:
     """The rows of a small ``.jsonl``, ``.json`` (lines, or a list of objects) or ``.csv`` file as
     plain dicts, each as written: CSV cells stay strings, a row's missing fields stay missing (no
-    Arrow schema is imposed). For uploads to the Space; :func:`read_rows` reads data sets of any size."""
+    Arrow schema is imposed); errors name the file (and the line). For uploads to the Space, score
+    files and parallel corpora; :func:`read_rows` reads data sets of any size."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8-sig")
@@ -161,4 +158,4 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
         if not all(isinstance(row, dict) for row in rows):
             raise ValueError(f"{path.name} must be a JSON list of objects.")
         return rows
-    return parse_jsonl(text)
+    return parse_jsonl(text, path.name)

@@ -16,17 +16,20 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from .conventions import PEER_CONVENTIONS, Pair, check_convention, peer_ifd_pairs
-from .conversations import turn_pairs
-from .likelihood import ContinuationScore, combined, effective_max_length, score_continuations
-from .models import DEFAULT_MODEL_ID, model_and_tokenizer
-from .options import DEFAULT_BATCH_SIZE, DEFAULT_MAX_LENGTH, check_lengths
+from .backends import BackendOptions, LikelihoodBackend
+from .conventions import IFD_CONVENTIONS, IFDConvention, Pair, peer_ifd_pairs
+from .conversations import TURNS, check_turn_template, turn_pairs
+from .likelihood import ContinuationScore, combined
+from .options import DEFAULT_MAX_LENGTH, OptionSpec, check_choice, check_max_length, split_options, takes_options
 from .texts import token_strings
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 logger = logging.getLogger(__name__)
 
@@ -72,17 +75,107 @@ def check_ifd_inputs(
     return [value or "" for value in inputs] if inputs is not None else [""] * len(instructions)
 
 
-def check_templates(template: str, template_no_input: str) -> None:
-    """Raise a ValueError unless both templates format with the fields they are given."""
-    if template != CHAT_TEMPLATE:
-        try:
-            template.format(instruction="", input="")
-        except (KeyError, IndexError, ValueError) as error:
-            raise ValueError(f"`template` must use only {{instruction}} and {{input}}: {error!r}") from None
-        try:
-            template_no_input.format(instruction="")
-        except (KeyError, IndexError, ValueError) as error:
-            raise ValueError(f"`template_no_input` must use only {{instruction}}: {error!r}") from None
+def _check_fields(name: str, template: Any, fields: dict[str, str]) -> None:
+    """Raise a ValueError unless ``template`` is a string that formats with exactly ``fields``' names."""
+    if not isinstance(template, str):
+        raise ValueError(f"`{name}` must be a string, got {template!r}.")
+    only = " and ".join(f"{{{field}}}" for field in fields)
+    try:
+        template.format(**fields)
+    except (KeyError, IndexError, ValueError) as error:
+        raise ValueError(f"`{name}` must use only {only}: {error!r}") from None
+
+
+@dataclass(frozen=True)
+class IFDOptions(OptionSpec):
+    """The options of IFD, declared once: :func:`compute_ifd`, the ``ifd`` metric, ``add_ifd_column``,
+    the ``IFDScorer`` and ``ConversationIFDScorer`` configs and the Space all take these.
+
+    Attributes:
+        template: the prompt of a row with an input, with ``{instruction}`` and ``{input}``; ``"chat"``:
+            the tokenizer's chat template (one user message). None: the convention's (the seed's ChatML).
+        template_no_input: the prompt of a row without an input, with ``{instruction}``.
+        max_length: prompt and answer are cut to fit this many tokens (capped at the model's limit).
+        mode: ``"ppl_ratio"``, PPL(A|Q) / PPL(A), or ``"loss_ratio"``, the ratio of mean NLLs.
+            None: the convention's (``ppl_ratio`` but for Cherry_LLM).
+        convention: ``"exact"`` or a peer's (``conventions.IFD_CONVENTIONS``), whose numbers it reproduces.
+        direction: ``"forward"`` (IFD) or ``"reverse"`` (r-IFD: PPL(Q|A) / PPL(Q)).
+        reverse_template: the reverse pass's prompt, with ``{output}``.
+        return_token_losses: add, per row, the scored tokens and their NLLs in both passes.
+        turns: conversations only: ``"last"`` (the default) scores the last assistant turn, ``"all"`` every one.
+        turn_template: conversations only: a turn layout with ``{role}`` and ``{content}`` used instead of
+            the tokenizer's chat template (ChatML for a tokenizer without one).
+    """
+
+    template: str | None = None
+    template_no_input: str | None = None
+    max_length: int | None = DEFAULT_MAX_LENGTH
+    mode: str | None = None
+    convention: str = "exact"
+    direction: str = "forward"
+    reverse_template: str = DEFAULT_REVERSE_TEMPLATE
+    return_token_losses: bool = False
+    turns: str | None = None
+    turn_template: str | None = None
+
+    def check(self) -> None:
+        check_choice("convention", self.convention, IFD_CONVENTIONS)
+        if self.peer.peer and (self.direction != "forward" or self.return_token_losses):
+            raise ValueError(f"convention={self.convention!r} reproduces the peer's forward IFD only: "
+                             "`direction='reverse'` and `return_token_losses` need convention='exact'.")
+        if self.mode is not None:
+            check_choice("mode", self.mode, MODES)
+        check_choice("direction", self.direction, DIRECTIONS)
+        if self.prompt_template != CHAT_TEMPLATE:
+            _check_fields("template", self.prompt_template, {"instruction": "", "input": ""})
+            _check_fields("template_no_input", self.prompt_template_no_input, {"instruction": ""})
+        _check_fields("reverse_template", self.reverse_template, {"output": ""})
+        check_max_length(self.max_length)
+        if self.turns is not None:
+            check_choice("turns", self.turns, TURNS)
+        check_turn_template(self.turn_template)
+
+    @property
+    def peer(self) -> IFDConvention:
+        """The convention's entry in ``IFD_CONVENTIONS``."""
+        return IFD_CONVENTIONS[self.convention]
+
+    @property
+    def prompt_template(self) -> str:
+        """``template``, else the convention's, else the seed's ChatML prompt."""
+        return self.template if self.template is not None else self.peer.template or DEFAULT_TEMPLATE
+
+    @property
+    def prompt_template_no_input(self) -> str:
+        if self.template_no_input is not None:
+            return self.template_no_input
+        return self.peer.template_no_input or DEFAULT_TEMPLATE_NO_INPUT
+
+    @property
+    def ratio(self) -> str:
+        """``mode``, else the convention's."""
+        return self.mode if self.mode is not None else self.peer.mode
+
+    def resolved(self) -> dict[str, Any]:
+        """Every option with the convention's defaults filled in: what the scores depend on."""
+        values = {name: getattr(self, name) for name in self.names()}
+        values.update(template=self.prompt_template, template_no_input=self.prompt_template_no_input,
+                      mode=self.ratio, turns=self.turns or "last")
+        return values
+
+    def check_rows(self) -> None:
+        """Raise a ValueError if a conversation's option is given for instruction rows."""
+        if given := [name for name in ("turns", "turn_template") if getattr(self, name) is not None]:
+            raise ValueError(f"{given} apply to conversations (`messages`); instruction rows do not take them.")
+
+    def check_conversations(self) -> None:
+        """Raise a ValueError if an instruction row's option is given for conversations."""
+        given = [name for name in ("template", "template_no_input") if getattr(self, name) is not None]
+        given += [name for name in ("convention", "direction", "reverse_template", "return_token_losses")
+                  if getattr(self, name) != self.defaults()[name]]
+        if given:
+            raise ValueError(f"{given} apply to instruction rows; conversations are scored forward, with "
+                             "convention='exact' and no token losses (their turn layout is `turn_template`).")
 
 
 def prompt_text(
@@ -187,38 +280,36 @@ def ifd_ratio(conditional: ContinuationScore, direct: ContinuationScore, mode: s
 
 
 def score_pairs(
-    model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
+    backend: LikelihoodBackend,
     items: Sequence[tuple[list[int], list[int]] | None],
     *,
     max_length: int | None,
-    batch_size: int,
-    progress: bool | None,
+    batch_size: int | None = None,
+    progress: bool | None = None,
     token_losses: bool = False,
 ) -> list[tuple[ContinuationScore, ContinuationScore] | None]:
     """The conditional and direct scores of each pair (None stays None): the direct pass scores the
     same (cut) answer ids after an empty context."""
     return score_pass_pairs(
-        model, tokenizer, [None if item is None else (item, ([], item[1])) for item in items],
+        backend, [None if item is None else (item, ([], item[1])) for item in items],
         max_length=max_length, batch_size=batch_size, progress=progress, token_losses=token_losses,
     )
 
 
 def score_pass_pairs(
-    model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
+    backend: LikelihoodBackend,
     items: Sequence[tuple[Pair, Pair] | None],
     *,
     max_length: int | None,
-    batch_size: int,
-    progress: bool | None,
+    batch_size: int | None = None,
+    progress: bool | None = None,
     token_losses: bool = False,
 ) -> list[tuple[ContinuationScore, ContinuationScore] | None]:
     """The scores of each (conditional pair, direct pair) (None stays None), both passes of all rows
-    in one call of the core."""
+    in one call of the backend."""
     valid = [item for item in items if item is not None]
-    scores = score_continuations(
-        model, tokenizer, [conditional for conditional, _ in valid] + [direct for _, direct in valid],
+    scores = backend.score(
+        [conditional for conditional, _ in valid] + [direct for _, direct in valid],
         max_length=max_length, batch_size=batch_size, progress=progress, desc="IFD", token_losses=token_losses,
     )
     pairs = iter(zip(scores[: len(valid)], scores[len(valid):], strict=True))
@@ -237,43 +328,28 @@ def ifd_result(pairs: Sequence[tuple[ContinuationScore, ContinuationScore] | Non
     }
 
 
-def convention_settings(
-    convention: str, template: str | None, template_no_input: str | None, mode: str | None
-) -> tuple[str, str, str]:
-    """The prompt templates and ratio to use: those given, else the convention's (for ``exact`` and
-    ``opendataarena``: the seed's ChatML and ``ppl_ratio``)."""
-    peer = PEER_CONVENTIONS.get(convention)
-    defaults = (peer.template, peer.template_no_input, peer.mode) if peer else (None, None, "ppl_ratio")
-    template = template if template is not None else defaults[0] or DEFAULT_TEMPLATE
-    template_no_input = template_no_input if template_no_input is not None else defaults[1] or DEFAULT_TEMPLATE_NO_INPUT
-    return template, template_no_input, mode if mode is not None else defaults[2]
-
-
 def peer_items(
     tokenizer: PreTrainedTokenizerBase,
-    convention: str,
+    options: IFDOptions,
     instructions: Sequence[str],
     outputs: Sequence[str],
     inputs: Sequence[str],
     *,
-    template: str,
-    template_no_input: str,
     max_length: int | None,
     first_row: int = 0,
 ) -> list[tuple[Pair, Pair] | None]:
     """Per row, the (conditional, direct) pairs a peer's code scores (see :mod:`hf_adapters.conventions`),
     or None where it gives no score (a warning counts those rows)."""
-    peer = PEER_CONVENTIONS[convention]
     if max_length is None:
-        raise ValueError(f"convention={convention!r} cuts the passes by `max_length`: pass one (the model "
+        raise ValueError(f"convention={options.convention!r} cuts the passes by `max_length`: pass one (the model "
                          "does not say how many positions it has).")
-    prompts = [prompt_text(tokenizer, instruction, input, template, template_no_input)
+    prompts = [prompt_text(tokenizer, instruction, input, options.prompt_template, options.prompt_template_no_input)
                for instruction, input in zip(instructions, inputs, strict=True)]
-    items = peer_ifd_pairs(tokenizer, peer, prompts, outputs, max_length)
+    items = peer_ifd_pairs(tokenizer, options.peer, prompts, outputs, max_length)
     if unscored := [row for row, item in enumerate(items, first_row) if item is None]:
         logger.warning("%d row(s) get no IFD under convention=%r (an empty answer, no answer token left within "
-                       "max_length=%d%s): rows %s%s.", len(unscored), convention, max_length,
-                       ", or skipped by its selection script" if peer.unrated_when_long else "",
+                       "max_length=%d%s): rows %s%s.", len(unscored), options.convention, max_length,
+                       ", or skipped by its selection script" if options.peer.unrated_when_long else "",
                        ", ".join(map(str, unscored[:5])), "..." if len(unscored) > 5 else "")
     return items
 
@@ -284,49 +360,42 @@ def _mean(values: Sequence[float]) -> float:
 
 
 def score_ifd(
-    model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
+    backend: LikelihoodBackend,
     instructions: Sequence[str],
     outputs: Sequence[str],
     inputs: Sequence[str],
+    options: IFDOptions,
     *,
-    template: str | None = None,
-    template_no_input: str | None = None,
-    max_length: int | None = DEFAULT_MAX_LENGTH,
-    batch_size: int = DEFAULT_BATCH_SIZE,
-    mode: str | None = None,
+    batch_size: int | None = None,
     progress: bool | None = None,
     first_row: int = 0,
-    direction: str = "forward",
-    reverse_template: str = DEFAULT_REVERSE_TEMPLATE,
-    return_token_losses: bool = False,
-    convention: str = "exact",
 ) -> dict:
-    """IFD (``direction="reverse"``: r-IFD) of validated rows with a loaded model: the body of :func:`compute_ifd`."""
-    template, template_no_input, mode = convention_settings(convention, template, template_no_input, mode)
-    if template == CHAT_TEMPLATE and not tokenizer.chat_template:
+    """IFD (``direction="reverse"``: r-IFD) of validated rows with a backend: the body of :func:`compute_ifd`."""
+    tokenizer = backend.tokenizer
+    if options.prompt_template == CHAT_TEMPLATE and not tokenizer.chat_template:
         raise ValueError("template='chat' needs a tokenizer with a chat template; this one has none.")
-    max_length = effective_max_length(model, max_length)
-    if convention != "exact":
-        items = peer_items(tokenizer, convention, instructions, outputs, inputs, template=template,
-                           template_no_input=template_no_input, max_length=max_length, first_row=first_row)
+    max_length = backend.window(options.max_length)
+    if options.peer.peer:
+        items = peer_items(tokenizer, options, instructions, outputs, inputs, max_length=max_length,
+                           first_row=first_row)
         # The peers' direct pass may be a few tokens longer than max_length: only the model's limit applies.
-        pairs = score_pass_pairs(model, tokenizer, items, max_length=None, batch_size=batch_size, progress=progress)
-        return ifd_result(pairs, mode)
-    if direction == "reverse":
-        items, truncated = reverse_items(tokenizer, instructions, outputs, inputs, reverse_template=reverse_template,
-                                         max_length=max_length, first_row=first_row)
+        pairs = score_pass_pairs(backend, items, max_length=None, batch_size=batch_size, progress=progress)
+        return ifd_result(pairs, options.ratio)
+    if options.direction == "reverse":
+        items, truncated = reverse_items(tokenizer, instructions, outputs, inputs,
+                                         reverse_template=options.reverse_template, max_length=max_length,
+                                         first_row=first_row)
     else:
         items, truncated = ifd_items(
-            tokenizer, instructions, outputs, inputs,
-            template=template, template_no_input=template_no_input, max_length=max_length, first_row=first_row,
+            tokenizer, instructions, outputs, inputs, template=options.prompt_template,
+            template_no_input=options.prompt_template_no_input, max_length=max_length, first_row=first_row,
         )
     if truncated:
         logger.warning("%d row(s) were longer than max_length=%s; their outputs were truncated.", truncated, max_length)
-    pairs = score_pairs(model, tokenizer, items, max_length=max_length, batch_size=batch_size, progress=progress,
-                        token_losses=return_token_losses)
-    result = ifd_result(pairs, mode)
-    if return_token_losses:
+    pairs = score_pairs(backend, items, max_length=max_length, batch_size=batch_size, progress=progress,
+                        token_losses=options.return_token_losses)
+    result = ifd_result(pairs, options.ratio)
+    if options.return_token_losses:
         result["tokens"] = [[] if item is None else token_strings(tokenizer, item[1]) for item in items]
         result["conditional_token_losses"] = [[] if pair is None else list(pair[0].token_nlls) for pair in pairs]
         result["direct_token_losses"] = [[] if pair is None else list(pair[1].token_nlls) for pair in pairs]
@@ -334,15 +403,11 @@ def score_ifd(
 
 
 def score_conversation_ifd(
-    model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
+    backend: LikelihoodBackend,
     conversations: Sequence[Sequence[Mapping[str, str]]],
+    options: IFDOptions,
     *,
-    turns: str = "last",
-    template: str | None = None,
-    max_length: int | None = DEFAULT_MAX_LENGTH,
-    batch_size: int = DEFAULT_BATCH_SIZE,
-    mode: str = "ppl_ratio",
+    batch_size: int | None = None,
     progress: bool | None = None,
     row_numbers: Sequence[int] | None = None,
 ) -> dict:
@@ -353,10 +418,12 @@ def score_conversation_ifd(
     alone. ``turns="last"`` scores the last assistant turn; ``"all"`` every one, and the
     conversation's IFD is then exp(total conditional NLL / N) / exp(total direct NLL / N) over all
     its N scored answer tokens (``loss_ratio``: the ratio of the means). All turns of all
-    conversations go through one call of the core. ``row_numbers`` name the conversations in warnings.
+    conversations go through one call of the backend. ``row_numbers`` name the conversations in warnings.
     """
-    max_length = effective_max_length(model, max_length)
-    per_conversation = [turn_pairs(tokenizer, messages, turns, template) for messages in conversations]
+    tokenizer, mode = backend.tokenizer, options.ratio
+    max_length = backend.window(options.max_length)
+    per_conversation = [turn_pairs(tokenizer, messages, options.turns or "last", options.turn_template)
+                        for messages in conversations]
     row_numbers = range(len(conversations)) if row_numbers is None else row_numbers
     labels = [f"Conversation {row}, turn {turn}" for row, pairs in zip(row_numbers, per_conversation, strict=True)
               for turn in range(len(pairs))]
@@ -365,8 +432,7 @@ def score_conversation_ifd(
     if truncated:
         logger.warning("%d turn(s) were longer than max_length=%s; their answers were truncated.", truncated,
                        max_length)
-    scored = iter(score_pairs(model, tokenizer, items, max_length=max_length, batch_size=batch_size,
-                              progress=progress))
+    scored = iter(score_pairs(backend, items, max_length=max_length, batch_size=batch_size, progress=progress))
     ifd, turn_ifd, conditional_ppl, direct_ppl = [], [], [], []
     for pairs in per_conversation:
         turn_scores = [next(scored) for _ in pairs]
@@ -391,49 +457,12 @@ def score_conversation_ifd(
     }
 
 
-def check_options(max_length: int | None, batch_size: int, mode: str | None, direction: str = "forward",
-                  reverse_template: str = DEFAULT_REVERSE_TEMPLATE, convention: str = "exact",
-                  return_token_losses: bool = False) -> None:
-    """Raise a ValueError for an unknown mode, direction or convention, a reverse template without
-    only ``{output}``, a non-positive length or batch size, or a peer's convention with what the peer
-    does not have (r-IFD, token losses)."""
-    check_convention(convention)
-    if convention != "exact" and (direction != "forward" or return_token_losses):
-        raise ValueError(f"convention={convention!r} reproduces the peer's forward IFD only: "
-                         "`direction='reverse'` and `return_token_losses` need convention='exact'.")
-    if mode is not None and mode not in MODES:
-        raise ValueError(f"Unknown mode {mode!r}; valid modes: {list(MODES)}")
-    if direction not in DIRECTIONS:
-        raise ValueError(f"Unknown direction {direction!r}; valid directions: {list(DIRECTIONS)}")
-    if not isinstance(reverse_template, str):
-        raise ValueError(f"`reverse_template` must be a string, got {reverse_template!r}.")
-    try:
-        reverse_template.format(output="")
-    except (KeyError, IndexError, ValueError) as error:
-        raise ValueError(f"`reverse_template` must use only {{output}}: {error!r}") from None
-    check_lengths(max_length, batch_size)
-
-
+@takes_options(BackendOptions, IFDOptions)
 def compute_ifd(
     instructions: Sequence[str],
     outputs: Sequence[str],
     inputs: Sequence[str | None] | None = None,
-    *,
-    model_id: str = DEFAULT_MODEL_ID,
-    template: str | None = None,
-    template_no_input: str | None = None,
-    max_length: int | None = DEFAULT_MAX_LENGTH,
-    batch_size: int = DEFAULT_BATCH_SIZE,
-    mode: str | None = None,
-    convention: str = "exact",
-    direction: str = "forward",
-    reverse_template: str = DEFAULT_REVERSE_TEMPLATE,
-    return_token_losses: bool = False,
-    dtype: str | torch.dtype | None = None,
-    device: str | torch.device | None = None,
-    model: PreTrainedModel | None = None,
-    tokenizer: PreTrainedTokenizerBase | None = None,
-    progress: bool | None = None,
+    **options: Any,
 ) -> dict:
     """Instruction-Following Difficulty of each (instruction, input, output) row.
 
@@ -458,6 +487,10 @@ def compute_ifd(
     ``return_token_losses`` adds, per row, the scored answer tokens as strings (``tokens``) and
     their NLLs after the prompt (``conditional_token_losses``) and alone (``direct_token_losses``).
 
+    The options are those of :class:`IFDOptions`, and :class:`~hf_adapters.backends.BackendOptions`
+    say what scores them (``model_id``, or ``model`` and ``tokenizer``, or ``backend``; ``dtype``,
+    ``device``, ``batch_size``, ``progress``).
+
     Returns ``ifd_scores``, ``conditional_perplexities``, ``direct_perplexities``, ``mean_ifd``
     (over non-NaN scores) and ``num_valid``.
 
@@ -468,13 +501,7 @@ def compute_ifd(
         1
     """
     input_texts = check_ifd_inputs(instructions, outputs, inputs)
-    check_options(max_length, batch_size, mode, direction, reverse_template, convention, return_token_losses)
-    template, template_no_input, mode = convention_settings(convention, template, template_no_input, mode)
-    check_templates(template, template_no_input)
-    model, tokenizer = model_and_tokenizer(model_id, model, tokenizer, dtype, device)
-    return score_ifd(
-        model, tokenizer, instructions, outputs, input_texts,
-        template=template, template_no_input=template_no_input, max_length=max_length,
-        batch_size=batch_size, mode=mode, progress=progress, direction=direction, reverse_template=reverse_template,
-        return_token_losses=return_token_losses, convention=convention,
-    )
+    run, ifd_options = split_options(options, BackendOptions, IFDOptions, caller="compute_ifd")
+    ifd_options.check_rows()
+    return score_ifd(run.load(), instructions, outputs, input_texts, ifd_options, batch_size=run.batch_size,
+                     progress=run.progress)

@@ -35,6 +35,7 @@ from datasets import Dataset
 from tqdm.auto import tqdm
 
 from .columns import add_score_columns
+from .json_values import json_safe
 from .options import DEFAULT_BATCH_SIZE
 from .scorers import RowScorer, build_scorer
 from .scorers.base import row_name
@@ -304,12 +305,8 @@ def _jsonable(value: Any) -> Any:
     return json.loads(json.dumps(value, sort_keys=True, default=str))
 
 
-def _json_score(score: float) -> float | None:
-    return score if math.isfinite(score) else None
-
-
 def _part_line(index: int, row_id: Any, score: float) -> bytes:
-    record = {"i": index, "id": row_id, "score": _json_score(score)}
+    record = {"i": index, "id": row_id, "score": json_safe(score)}
     return (json.dumps(record, ensure_ascii=False, allow_nan=False, default=str) + "\n").encode()
 
 

@@ -352,19 +352,3 @@ def clear_model_cache(model_id: str | None = None) -> None:
     with _CACHE_LOCK:
         for key in [key for key in _CACHE if model_id is None or key[0] == model_id]:
             del _CACHE[key]
-
-
-def model_and_tokenizer(
-    model_id: str = DEFAULT_MODEL_ID,
-    model: PreTrainedModel | None = None,
-    tokenizer: PreTrainedTokenizerBase | None = None,
-    dtype: str | torch.dtype | None = None,
-    device: str | int | torch.device | None = None,
-    trust_remote_code: bool = False,
-) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """The caller's own ``model`` and ``tokenizer`` (both or neither), else the cached ``model_id``."""
-    if (model is None) != (tokenizer is None):
-        raise ValueError("Pass both `model` and `tokenizer`, or neither (then `model_id` is loaded).")
-    if model is not None:
-        return model, tokenizer
-    return load_model(model_id, dtype=dtype, device=device, trust_remote_code=trust_remote_code)

@@ -8,19 +8,10 @@ current API. Gradio is imported only here, so the library does not depend on it.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Sequence
 from typing import Any
 
-
-def _json_safe(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {key: _json_safe(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(item) for item in value]
-    return value
+from .json_values import json_safe
 
 
 def compute_from_table(module: Any, table: Any, json_columns: Sequence[str] = ()) -> dict[str, Any]:
@@ -30,7 +21,7 @@ def compute_from_table(module: Any, table: Any, json_columns: Sequence[str] = ()
     for name in json_columns:
         if name in columns:
             columns[name] = [json.loads(value) for value in columns[name]]
-    return _json_safe(module.compute(**columns))
+    return json_safe(module.compute(**columns))
 
 
 def build_widget(module: Any, json_columns: Sequence[str] = ()):

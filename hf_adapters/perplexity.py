@@ -6,24 +6,20 @@ import logging
 import math
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from .conventions import PERPLEXITY_CONVENTIONS, check_convention, peer_text_pairs
-from .conversations import turn_pairs
-from .likelihood import (
-    ContinuationScore,
-    combined,
-    effective_max_length,
-    model_max_length,
-    score_continuations,
-    unwrap_model,
-)
-from .models import DEFAULT_MODEL_ID, model_and_tokenizer
-from .options import DEFAULT_BATCH_SIZE, check_lengths, check_stride
+from .backends import BackendOptions, LikelihoodBackend
+from .conventions import PERPLEXITY_CONVENTIONS, PerplexityConvention, peer_text_pairs
+from .conversations import check_turn_template, turn_pairs
+from .likelihood import ContinuationScore, combined
+from .options import OptionSpec, check_choice, check_max_length, check_stride, split_options, takes_options
 from .texts import check_texts, rolling_items, text_items, token_strings
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 logger = logging.getLogger(__name__)
 
@@ -51,21 +47,66 @@ def summarize_perplexity(scores: Sequence[ContinuationScore]) -> dict:
     }
 
 
-def compute_perplexity(
-    predictions: Sequence[str],
-    model_id: str = DEFAULT_MODEL_ID,
-    batch_size: int = DEFAULT_BATCH_SIZE,
-    add_start_token: bool = True,
-    device: str | torch.device | None = None,
-    max_length: int | None = None,
-    dtype: str | torch.dtype | None = None,
-    model: PreTrainedModel | None = None,
-    tokenizer: PreTrainedTokenizerBase | None = None,
-    progress: bool | None = None,
-    stride: int | None = None,
-    return_token_losses: bool = False,
-    convention: str = "exact",
-) -> dict:
+@dataclass(frozen=True)
+class PerplexityOptions(OptionSpec):
+    """The options of perplexity, declared once: :func:`compute_perplexity`, the ``perplexity``
+    metric, ``add_perplexity_column``, the ``PerplexityScorer``, ``PPLScorer`` and
+    ``ConversationPerplexityScorer`` configs, ``hf-adapters perplexity`` and the Space all take these.
+
+    Attributes:
+        max_length: texts are cut to this many tokens (default: the model's position limit); with
+            ``stride``, the most tokens the model reads per window.
+        add_start_token: put the start token (BOS, else EOS) first, so the text's first token is scored.
+        stride: score every token, in lm-evaluation-harness's rolling windows, each predicting at most
+            ``stride`` new tokens (``stride=max_length``: lm-eval's disjoint windows).
+        return_token_losses: add, per text, its scored tokens and their NLLs.
+        convention: ``"exact"``, or ``"opendataarena"``: the tokens OpenDataArena-Tool's ``PPLScorer`` scores.
+        turn_template: conversations only: a turn layout with ``{role}`` and ``{content}`` used instead of
+            the tokenizer's chat template.
+    """
+
+    max_length: int | None = None
+    add_start_token: bool = True
+    stride: int | None = None
+    return_token_losses: bool = False
+    convention: str = "exact"
+    turn_template: str | None = None
+
+    def check(self) -> None:
+        check_max_length(self.max_length)
+        check_stride(self.stride, self.max_length)
+        check_choice("convention", self.convention, PERPLEXITY_CONVENTIONS)
+        if self.peer.peer and self.stride is not None:
+            raise ValueError(f"convention={self.convention!r} has no rolling windows: `stride` needs "
+                             "convention='exact'.")
+        if self.stride is not None and not self.add_start_token:
+            raise ValueError("`stride` scores every token after the start token; it needs `add_start_token=True`.")
+        check_turn_template(self.turn_template)
+
+    @property
+    def peer(self) -> PerplexityConvention:
+        """The convention's entry in ``PERPLEXITY_CONVENTIONS``."""
+        return PERPLEXITY_CONVENTIONS[self.convention]
+
+    def resolved(self) -> dict[str, Any]:
+        """Every option: what the scores depend on."""
+        return {name: getattr(self, name) for name in self.names()}
+
+    def check_rows(self) -> None:
+        """Raise a ValueError if a conversation's option is given for texts."""
+        if self.turn_template is not None:
+            raise ValueError("`turn_template` applies to conversations (`messages`); texts do not take it.")
+
+    def check_conversations(self) -> None:
+        """Raise a ValueError if an option of texts is given for conversations."""
+        if given := [name for name in ("add_start_token", "stride", "return_token_losses", "convention")
+                     if getattr(self, name) != self.defaults()[name]]:
+            raise ValueError(f"{given} apply to texts; conversations are scored turn by turn, each assistant "
+                             "turn after its history (their layout is `turn_template`).")
+
+
+@takes_options(BackendOptions, PerplexityOptions)
+def compute_perplexity(predictions: Sequence[str], **options: Any) -> dict:
     """Perplexity of each text under a causal LM.
 
     Returns ``perplexities`` (one per text, NaN for a text with no scored token),
@@ -85,6 +126,8 @@ def compute_perplexity(
     text tokenized with the tokenizer's default special tokens, cut to ``max_length``, every token
     after the first (``add_start_token`` is not used; without a BOS the first token is unscored).
 
+    The options are those of :class:`PerplexityOptions` and :class:`~hf_adapters.backends.BackendOptions`.
+
     Example:
         >>> from hf_adapters import compute_perplexity
         >>> result = compute_perplexity(["The cat sat on the mat.", ""])
@@ -92,53 +135,36 @@ def compute_perplexity(
         nan
     """
     check_texts(predictions)
-    check_lengths(max_length, batch_size)
-    check_stride(stride, max_length)
-    check_perplexity_convention(convention, stride)
-    model, tokenizer = model_and_tokenizer(model_id, model, tokenizer, dtype, device)
-    return score_perplexity(model, tokenizer, predictions, add_start_token=add_start_token, max_length=max_length,
-                            batch_size=batch_size, progress=progress, stride=stride,
-                            return_token_losses=return_token_losses, convention=convention)
-
-
-def check_perplexity_convention(convention: str, stride: int | None) -> None:
-    """Raise a ValueError for an unknown convention, or a peer's with ``stride`` (no peer has rolling windows)."""
-    check_convention(convention, PERPLEXITY_CONVENTIONS)
-    if convention != "exact" and stride is not None:
-        raise ValueError(f"convention={convention!r} has no rolling windows: `stride` needs convention='exact'.")
+    run, perplexity_options = split_options(options, BackendOptions, PerplexityOptions,
+                                                 caller="compute_perplexity")
+    perplexity_options.check_rows()
+    return score_perplexity(run.load(), predictions, perplexity_options, batch_size=run.batch_size,
+                            progress=run.progress)
 
 
 def score_perplexity(
-    model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
+    backend: LikelihoodBackend,
     texts: Sequence[str],
+    options: PerplexityOptions,
     *,
-    add_start_token: bool = True,
-    max_length: int | None = None,
-    batch_size: int = DEFAULT_BATCH_SIZE,
+    batch_size: int | None = None,
     progress: bool | None = None,
-    stride: int | None = None,
-    return_token_losses: bool = False,
-    convention: str = "exact",
 ) -> dict:
-    """Perplexity of checked texts with a loaded model: the body of :func:`compute_perplexity`."""
-    if stride is not None:
-        return score_rolling_perplexity(model, tokenizer, texts, max_length=max_length, stride=stride,
-                                        batch_size=batch_size, progress=progress, add_start_token=add_start_token,
-                                        return_token_losses=return_token_losses)
-    if convention == "opendataarena":
-        items = peer_text_pairs(tokenizer, texts, effective_max_length(model, max_length))
+    """Perplexity of checked texts with a backend: the body of :func:`compute_perplexity`."""
+    if options.stride is not None:
+        return score_rolling_perplexity(backend, texts, options, batch_size=batch_size, progress=progress)
+    tokenizer = backend.tokenizer
+    if options.peer.peer:
+        items = peer_text_pairs(tokenizer, texts, backend.window(options.max_length))
     else:
-        items = text_items(tokenizer, texts, add_start_token)
-    scores = score_continuations(
-        model, tokenizer, items, max_length=max_length, batch_size=batch_size, progress=progress,
-        desc="Perplexity", token_losses=return_token_losses,
-    )
+        items = text_items(tokenizer, texts, options.add_start_token)
+    scores = backend.score(items, max_length=options.max_length, batch_size=batch_size, progress=progress,
+                           desc="Perplexity", token_losses=options.return_token_losses)
     if truncated := sum(score.truncated for score in scores):
         logger.warning("%d text(s) were longer than max_length and were truncated; pass `stride` to score every "
                        "token in rolling windows.", truncated)
     result = summarize_perplexity(scores)
-    if return_token_losses:
+    if options.return_token_losses:
         return with_token_losses(result, tokenizer, [continuation for _, continuation in items], scores)
     return result
 
@@ -149,32 +175,27 @@ def count_words(text: str) -> int:
 
 
 def score_rolling_perplexity(
-    model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
+    backend: LikelihoodBackend,
     texts: Sequence[str],
+    options: PerplexityOptions,
     *,
-    max_length: int | None,
-    stride: int,
-    batch_size: int = DEFAULT_BATCH_SIZE,
+    batch_size: int | None = None,
     progress: bool | None = None,
-    add_start_token: bool = True,
-    return_token_losses: bool = False,
 ) -> dict:
     """Perplexity of every token of each text in rolling windows, each text's total NLL (``nlls``, in
     nats) and scored tokens (``token_counts``), and lm-eval's word perplexity, byte perplexity and
     bits per byte over all texts (an empty text: NaN, counted nowhere). All windows of all texts go
-    through one batched call of the core."""
-    if not add_start_token:
-        raise ValueError("`stride` scores every token after the start token; it needs `add_start_token=True`.")
-    window = max_length if max_length is not None else model_max_length(unwrap_model(model))
+    through one batched call of the backend."""
+    window = options.max_length if options.max_length is not None else backend.max_length
     if window is None:
         raise ValueError("Pass `max_length` with `stride`: the model does not say how many positions it has.")
-    check_stride(stride, window)
+    check_stride(options.stride, window)
+    tokenizer = backend.tokenizer
     ids = tokenizer(list(texts), add_special_tokens=False).input_ids if texts else []
-    windows = [rolling_items(text_ids, window, stride) for text_ids in ids]
-    scores = iter(score_continuations(
-        model, tokenizer, [item for text_windows in windows for item in text_windows], batch_size=batch_size,
-        progress=progress, desc="Perplexity (rolling)", truncate=False, token_losses=return_token_losses,
+    windows = [rolling_items(text_ids, window, options.stride) for text_ids in ids]
+    scores = iter(backend.score(
+        [item for text_windows in windows for item in text_windows], batch_size=batch_size, progress=progress,
+        desc="Perplexity (rolling)", truncate=False, token_losses=options.return_token_losses,
     ))
     per_text = [combined([next(scores) for _ in text_windows]) for text_windows in windows]
     result = summarize_perplexity(per_text)
@@ -187,25 +208,24 @@ def score_rolling_perplexity(
     result["word_perplexity"] = math.exp(nll / words) if words else math.nan
     result["byte_perplexity"] = math.exp(nll / size) if size else math.nan
     result["bits_per_byte"] = nll / size / math.log(2) if size else math.nan
-    return with_token_losses(result, tokenizer, ids, per_text) if return_token_losses else result
+    return with_token_losses(result, tokenizer, ids, per_text) if options.return_token_losses else result
 
 
 def score_conversation_perplexity(
-    model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
+    backend: LikelihoodBackend,
     conversations: Sequence[Sequence[Mapping[str, str]]],
+    options: PerplexityOptions,
     *,
-    template: str | None = None,
-    max_length: int | None = None,
-    batch_size: int = DEFAULT_BATCH_SIZE,
+    batch_size: int | None = None,
     progress: bool | None = None,
 ) -> dict:
     """Perplexity of each conversation's assistant tokens, each turn after its whole history (what an
     SFT loss sees), over checked messages: exp(total NLL / total assistant tokens) per conversation,
-    their mean and the corpus perplexity. All turns of all conversations go through one core call."""
-    per_conversation = [turn_pairs(tokenizer, messages, "all", template) for messages in conversations]
-    scores = iter(score_continuations(
-        model, tokenizer, [pair for pairs in per_conversation for pair in pairs], max_length=max_length,
+    their mean and the corpus perplexity. All turns of all conversations go through one backend call."""
+    per_conversation = [turn_pairs(backend.tokenizer, messages, "all", options.turn_template)
+                        for messages in conversations]
+    scores = iter(backend.score(
+        [pair for pairs in per_conversation for pair in pairs], max_length=options.max_length,
         batch_size=batch_size, progress=progress, desc="Perplexity (conversations)",
     ))
     return summarize_perplexity([combined([next(scores) for _ in pairs]) for pairs in per_conversation])

@@ -8,19 +8,16 @@ from collections.abc import Sequence
 
 from datasets import Dataset
 
-from .conventions import check_convention
+from .conventions import SELECTION_CONVENTIONS
+from .options import check_choice
 
 logger = logging.getLogger(__name__)
-
-#: ``exact``: the rules below; ``cherry``: Cherry_LLM's ``data_by_IFD.py``; ``superfiltering``:
-#: Superfiltering's ``select_data.py``.
-SELECTION_CONVENTIONS = ("exact", "cherry", "superfiltering")
 
 
 def check_selection(top: float | None, top_n: int | None, order: str | None, convention: str = "exact") -> None:
     """Raise a ValueError for a fraction outside (0, 1], a negative count, both, or an unknown order
     or convention."""
-    check_convention(convention, SELECTION_CONVENTIONS)
+    check_choice("convention", convention, SELECTION_CONVENTIONS)
     if top is not None and top_n is not None:
         raise ValueError("Pass `top` (a fraction of the rows) or `top_n` (a number of rows), not both.")
     if top is not None and (isinstance(top, bool) or not isinstance(top, (int, float)) or not 0 < top <= 1):
@@ -55,29 +52,28 @@ def selection_indices(
     ``select_data.py``) keeps only scores *below* ``max_score`` and returns best first.
     """
     check_selection(top, top_n, order, convention)
-    if convention != "exact" and max_score is None:
-        max_score = 1.0
-    strictly_below = convention == "superfiltering"
-    above = "at or above max_score" if strictly_below else "above max_score"
+    rules = SELECTION_CONVENTIONS[convention]
+    if max_score is None:
+        max_score = rules.max_score
+    above = "at or above max_score" if rules.strictly_below else "above max_score"
     removed = {"no score": 0, above: 0, "below min_score": 0, "outside the top": 0}
     kept = []
     for index, score in enumerate(scores):
         if score is None or math.isnan(score):
             removed["no score"] += 1
-        elif max_score is not None and (score >= max_score if strictly_below else score > max_score):
+        elif max_score is not None and (score >= max_score if rules.strictly_below else score > max_score):
             removed[above] += 1
         elif min_score is not None and score < min_score:
             removed["below min_score"] += 1
         else:
             kept.append(index)
-    tie = -1 if convention == "cherry" else 1
+    tie = -1 if rules.later_first_on_ties else 1
     ranked = sorted(kept, key=lambda index: (-scores[index] if highest else scores[index], tie * index))
-    base = len(kept) if convention == "cherry" else len(scores)
+    base = len(kept) if rules.top_of_kept else len(scores)
     count = int(base * top) if top is not None else top_n if top_n is not None else len(ranked)
     chosen = ranked[:count]
     removed["outside the top"] = len(ranked) - len(chosen)
-    if order is None:
-        order = "score" if convention == "superfiltering" else "input"
+    order = order or rules.order
     return (chosen if order == "score" else sorted(chosen)), removed
 
 

@@ -4,32 +4,23 @@ Each tab turns pasted text or an uploaded JSONL/CSV file into rows (:mod:`space_
 them with its metric's scorer from the library, and shows a per-row table, the summary numbers, a
 chart and the scored file for download (:mod:`space_outputs`).
 
-Run locally with ``python spaces_demo/app.py`` (``GRADIO_SERVER_NAME`` and ``GRADIO_SERVER_PORT``
-are honoured); script it with ``gradio_client`` through ``/perplexity``, ``/ifd``,
-``/information_parity`` and ``/ifeval``. Which models the model box accepts: :mod:`space_models`.
+Run locally with ``python spaces_demo/app.py`` where ``hf_adapters`` is installed (in the Space,
+its folder sits beside this file); ``GRADIO_SERVER_NAME`` and ``GRADIO_SERVER_PORT`` are honoured.
+Script it with ``gradio_client`` through ``/perplexity``, ``/ifd``, ``/information_parity`` and
+``/ifeval``. Which models the model box accepts: :mod:`space_models`.
 """
 
 from __future__ import annotations
 
 import functools
-import importlib.util
 import logging
 import math
-import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-# In the Space, hf_adapters is installed or copied beside this file; in a checkout of the
-# library's repository it is the parent folder's package.
-if importlib.util.find_spec("hf_adapters") is None and (HERE.parent / "hf_adapters" / "__init__.py").is_file():
-    sys.path.insert(0, str(HERE.parent))
-
-import gradio as gr  # noqa: E402
-import pandas as pd  # noqa: E402
-from space_inputs import (  # noqa: E402, F401
+import gradio as gr
+import pandas as pd
+from space_inputs import (  # noqa: F401
     IFD,
     IFD_CONVENTION_INFO,
     IFEVAL,
@@ -41,13 +32,14 @@ from space_inputs import (  # noqa: E402, F401
     ifd_task,
     load_rows,
 )
-from space_models import ModelRefused, load_allowed_model  # noqa: E402
-from space_outputs import clip, finite_or_none, histogram, pass_rate_chart, write_scored  # noqa: E402, F401
-from space_tools import select_scored, token_losses  # noqa: E402
+from space_models import ModelRefused, load_allowed_model
+from space_outputs import clip, histogram, pass_rate_chart, write_scored  # noqa: F401
+from space_tools import select_scored, token_losses
 
-from hf_adapters.conventions import CONVENTIONS  # noqa: E402
-from hf_adapters.ifeval import RowResult, aggregate  # noqa: E402
-from hf_adapters.models import DEFAULT_MODEL_ID, ModelLoadError  # noqa: E402
+from hf_adapters.conventions import IFD_CONVENTIONS
+from hf_adapters.ifeval import RowResult, aggregate
+from hf_adapters.json_values import json_safe
+from hf_adapters.models import DEFAULT_MODEL_ID, ModelLoadError
 
 logger = logging.getLogger(__name__)
 
@@ -78,7 +70,7 @@ def score_with_model(task: Task, text: str | None, upload: str | None, model_id:
     })
     summary = {"model": model_id, "rows": len(rows),
                "valid_rows": sum(not math.isnan(value) for value in per_row[first]),
-               **{key: finite_or_none(result[key]) for key in task.summary_keys}}
+               **{key: json_safe(result[key]) for key in task.summary_keys}}
     scored = [{**row, **{name: values[i] for name, values in per_row.items()}} for i, row in enumerate(rows)]
     return table, summary, histogram(per_row[first], *task.chart), write_scored(scored, fmt, task.name)
 
@@ -115,7 +107,7 @@ def score_ifeval(text: str | None, upload: str | None, progress: Callable | None
         for row, strict, loose in zip(rows, results["strict"], results["loose"], strict=True)
     ]
     summary = {"rows": len(rows), "instructions": sum(len(strict) for strict in results["strict"])}
-    summary.update({name: finite_or_none(v) for name, v in scores.items() if isinstance(v, float)})
+    summary.update({name: json_safe(v) for name, v in scores.items() if isinstance(v, float)})
     summary["per_instruction"] = scores["per_instruction"]
     return table, summary, pass_rate_chart(scores["per_instruction"]), write_scored(scored, fmt, IFEVAL.name)
 
@@ -210,7 +202,7 @@ def _tab(task: Task, handler: Callable, model_box: gr.Textbox | None) -> None:
             direction = gr.Radio(["IFD", "r-IFD"], value="IFD", elem_id="ifd-direction",
                                  label="IFD: how much the instruction helps predict the answer; r-IFD: how much "
                                        "the answer helps predict the instruction")
-            convention = gr.Dropdown(list(CONVENTIONS), value="exact", label="Convention", info=IFD_CONVENTION_INFO,
+            convention = gr.Dropdown(list(IFD_CONVENTIONS), value="exact", label="Convention", info=IFD_CONVENTION_INFO,
                                      elem_id="ifd-convention")
             inputs += [direction, convention]
         outputs = [table, summary, chart, download]

@@ -8,8 +8,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from hf_adapters.conventions import IFD_CONVENTIONS, SELECTION_CONVENTIONS, describe
 from hf_adapters.data_io import parse_jsonl, read_records
-from hf_adapters.parity import RESULT_KEYS
+from hf_adapters.information_parity import RESULT_KEYS
 from hf_adapters.scorers import (
     ConversationIFDScorer,
     IFDScorer,
@@ -147,10 +148,10 @@ IFD_REVERSE = Task(
     summary_keys=("mean_ifd",), chart=("r-IFD per row (below 1: the answer helps predict the instruction)", "r-IFD"),
 )
 
-#: What the IFD tab's conventions (the library's ``CONVENTIONS``) mean.
-IFD_CONVENTION_INFO = ("exact: this library's IFD. cherry, superfiltering, opendataarena: the numbers of Cherry_LLM, "
-                       "Superfiltering or OpenDataArena-Tool (instruction rows, IFD only). With cherry or "
-                       "superfiltering, Select rows follows that project's selection script.")
+#: What the IFD tab's conventions mean: the library's table, and how Select rows follows them.
+IFD_CONVENTION_INFO = (f"{describe(IFD_CONVENTIONS)}. A peer's convention scores instruction rows, IFD only; with "
+                       f"{' or '.join(name for name in SELECTION_CONVENTIONS if name != 'exact')}, Select rows "
+                       "follows that project's selection script.")
 
 
 def ifd_task(direction: str = "IFD", convention: str = "exact") -> Task:

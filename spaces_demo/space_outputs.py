@@ -12,6 +12,8 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
+from hf_adapters.json_values import json_safe
+
 #: Widest text shown in a table cell; the download keeps full texts.
 CELL_CHARS = 120
 
@@ -20,11 +22,6 @@ def clip(text: Any, width: int = CELL_CHARS) -> str:
     """``text`` as one table cell: at most ``width`` characters, line breaks shown as ⏎."""
     text = str(text).replace("\n", " ⏎ ")
     return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def finite_or_none(value: Any) -> Any:
-    """JSON has no NaN: a NaN or infinite number becomes null; anything else is kept."""
-    return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
 def histogram(values: Sequence[float], title: str, xlabel: str) -> Figure:
@@ -74,6 +71,6 @@ def write_scored(rows: Sequence[Mapping[str, Any]], fmt: str, name: str) -> str:
                 writer.writerow({k: json.dumps(v) if isinstance(v, (list, dict)) else v for k, v in row.items()})
     else:
         path = folder / f"{name}_scores.jsonl"
-        lines = [json.dumps({k: finite_or_none(v) for k, v in row.items()}, ensure_ascii=False) for row in rows]
+        lines = [json.dumps(json_safe(dict(row)), ensure_ascii=False) for row in rows]
         path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return str(path)

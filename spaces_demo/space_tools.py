@@ -10,8 +10,9 @@ from typing import Any
 from space_inputs import PERPLEXITY, InputError, load_rows
 from space_outputs import write_scored
 
+from hf_adapters.conventions import SELECTION_CONVENTIONS
 from hf_adapters.data_io import read_records
-from hf_adapters.selection import SELECTION_CONVENTIONS, selection_indices
+from hf_adapters.selection import selection_indices
 
 
 def select_scored(scored_file: str | None, top_percent: float, below_one: bool, column: str = "ifd",

@@ -33,6 +33,8 @@ def load_app():
     """``spaces_demo/app.py`` imported once as the module ``spaces_demo_app`` (no telemetry)."""
     if "spaces_demo_app" not in sys.modules:
         os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+        if str(SPACE) not in sys.path:  # the app's own modules sit beside it, as they do in the Space
+            sys.path.insert(0, str(SPACE))
         spec = importlib.util.spec_from_file_location("spaces_demo_app", SPACE / "app.py")
         module = importlib.util.module_from_spec(spec)
         sys.modules["spaces_demo_app"] = module

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from benchmarks import run
+from benchmarks import common, run
 from benchmarks.flops import ModelShape, WorkMeter, attention_peak, matmul_peak, useful_flops
 from benchmarks.references import (
     ScoredSequence,
@@ -14,8 +14,8 @@ from benchmarks.references import (
     one_at_a_time_perplexity,
     pad_to_longest_perplexity,
 )
+from hf_adapters.backends import score_continuations
 from hf_adapters.ifd import DEFAULT_TEMPLATE, DEFAULT_TEMPLATE_NO_INPUT, compute_ifd
-from hf_adapters.likelihood import score_continuations
 from hf_adapters.perplexity import compute_perplexity
 from tests.conftest import assert_exact
 
@@ -125,18 +125,18 @@ def test_matmul_peak_is_a_positive_rate():
 
 
 def test_relative_differences_and_spearman_skip_nan_rows():
-    assert run.relative_differences([1.1, math.nan, 3.0], [1.0, 2.0, 3.0]).tolist() == pytest.approx([0.1, 0.0])
-    assert run.spearman([1.0, 2.0, math.nan, 4.0], [10.0, 20.0, 30.0, 40.0]) == pytest.approx(1.0)
+    assert common.relative_differences([1.1, math.nan, 3.0], [1.0, 2.0, 3.0]).tolist() == pytest.approx([0.1, 0.0])
+    assert common.spearman([1.0, 2.0, math.nan, 4.0], [10.0, 20.0, 30.0, 40.0]) == pytest.approx(1.0)
 
 
 def test_read_records_falls_back_to_the_sample_data(tmp_path):
-    records, source = run.read_records(str(tmp_path / "missing.json"), limit=3)
+    records, source = common.instruction_records(str(tmp_path / "missing.json"), limit=3)
     assert len(records) == 3 and "fallback" in source
     assert all(isinstance(record[key], str) for record in records for key in ("instruction", "input", "output"))
 
 
 def test_read_records_reads_the_shared_alpaca_subset(shared_dir):
-    records, _ = run.read_records(str(shared_dir / "data" / "alpaca_cherry_5pct.json"), limit=64)
+    records, _ = common.instruction_records(str(shared_dir / "data" / "alpaca_cherry_5pct.json"), limit=64)
     assert len(records) == 64 and all(record["output"] for record in records)
 
 
@@ -153,7 +153,7 @@ def test_whole_run_writes_the_markdown_report_naming_machine_kernels_and_targets
               "--limit", "4", "--perplexity-limit", "3", "--parity-ids", "2", "--output", str(output)])
     report = output.read_text(encoding="utf-8")
     assert report.strip() == capsys.readouterr().out.strip()
-    assert "- Command: `python benchmarks/run.py --data" in report and "- Machine:" in report
+    assert "- Command: `python -m benchmarks.run --data" in report and "- Machine:" in report
     assert "- Processor flags: avx2 " in report and f"native bfloat16: {'yes' if native_bfloat16 else 'no'}" in report
     assert "default BLAS 1.0 GFLOP/s" in report and "bfloat16 (default kernel) 1.0 GFLOP/s" in report
     assert "- Float32 linear kernel: **" in report

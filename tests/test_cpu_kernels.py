@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from hf_adapters import cpu_kernels
+from hf_adapters.backends import score_continuations
 from hf_adapters.cpu_kernels import (
     CPU_LINEAR_ENV,
     EmulatedBfloat16Warning,
@@ -22,7 +23,6 @@ from hf_adapters.cpu_kernels import (
     measure_linear_rates,
     onednn_linear_available,
 )
-from hf_adapters.likelihood import score_continuations
 from tests.conftest import build_model
 
 needs_onednn = pytest.mark.skipif(not onednn_linear_available(), reason="oneDNN linear needs an x86 build with mkldnn")

@@ -7,7 +7,7 @@ import math
 import pytest
 from tokenizers import processors
 
-from hf_adapters import ifd as ifd_module
+from hf_adapters.backends import TransformersBackend
 from hf_adapters.ifd import (
     DEFAULT_TEMPLATE,
     DEFAULT_TEMPLATE_NO_INPUT,
@@ -118,13 +118,13 @@ def test_scores_do_not_depend_on_batch_size(model, tokenizer):
 
 def test_both_passes_share_one_core_call_and_the_same_answer_ids(model, tokenizer, monkeypatch):
     calls = []
-    real = ifd_module.score_continuations
+    real = TransformersBackend.score
 
-    def spy(model, tokenizer, items, **kwargs):
+    def spy(backend, items, **kwargs):
         calls.append(list(items))
-        return real(model, tokenizer, items, **kwargs)
+        return real(backend, items, **kwargs)
 
-    monkeypatch.setattr(ifd_module, "score_continuations", spy)
+    monkeypatch.setattr(TransformersBackend, "score", spy)
     compute_ifd(INSTRUCTIONS, OUTPUTS, INPUTS, model=model, tokenizer=tokenizer, max_length=72)
     [items] = calls
     n = len(OUTPUTS)

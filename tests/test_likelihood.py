@@ -7,14 +7,9 @@ import random
 import pytest
 import torch
 
-from hf_adapters import likelihood
-from hf_adapters.likelihood import (
-    OUTPUT_CHUNK_POSITIONS,
-    ContinuationScore,
-    make_batches,
-    score_continuations,
-    start_token_id,
-)
+from hf_adapters.backends import transformers_model
+from hf_adapters.backends.transformers_model import OUTPUT_CHUNK_POSITIONS, score_continuations
+from hf_adapters.likelihood import ContinuationScore, make_batches, start_token_id
 from tests.conftest import assert_exact, build_model, build_tokenizer, naive_nll
 
 TEXTS = [
@@ -67,14 +62,14 @@ def test_scores_do_not_depend_on_order_or_token_budget(model, tokenizer, max_pad
 def test_cpu_batches_pad_at_most_ten_percent_and_build_no_attention_mask(model, tokenizer, monkeypatch):
     items = encode(tokenizer, TEXTS * 2) + [([5] * 40, [6] * 20), ([5] * 40, [6] * 18), ([5] * 40, [6] * 10)]
     batches = []
-    original = likelihood._padded_inputs
+    original = transformers_model._padded_inputs
 
     def recording_padded_inputs(sequences, pad_id):
         inputs, offsets = original(sequences, pad_id)
         batches.append((inputs["attention_mask"], [len(sequence) for sequence in sequences]))
         return inputs, offsets
 
-    monkeypatch.setattr(likelihood, "_padded_inputs", recording_padded_inputs)
+    monkeypatch.setattr(transformers_model, "_padded_inputs", recording_padded_inputs)
     scores = score_continuations(model, tokenizer, items, batch_size=16)
     monkeypatch.undo()
     assert_matches_naive(model, tokenizer, items, scores)
@@ -185,7 +180,7 @@ def test_output_layer_runs_only_at_scored_positions(model, tokenizer):
 
 
 def test_output_layer_is_chunked_for_large_vocabularies(model, tokenizer, monkeypatch):
-    monkeypatch.setattr("hf_adapters.likelihood.OUTPUT_CHUNK_POSITIONS", 5)
+    monkeypatch.setattr("hf_adapters.backends.transformers_model.OUTPUT_CHUNK_POSITIONS", 5)
     items = encode(tokenizer, TEXTS)
     chunk_sizes = []
     hook = model.get_output_embeddings().register_forward_hook(
@@ -201,7 +196,7 @@ def test_output_layer_is_chunked_for_large_vocabularies(model, tokenizer, monkey
 
 def test_cpu_output_chunks_keep_their_logits_within_the_byte_budget(model, tokenizer, monkeypatch):
     vocabulary = model.get_output_embeddings().weight.shape[0]
-    monkeypatch.setattr("hf_adapters.likelihood.CPU_OUTPUT_CHUNK_BYTES", 3 * 4 * vocabulary + 1)
+    monkeypatch.setattr("hf_adapters.backends.transformers_model.CPU_OUTPUT_CHUNK_BYTES", 3 * 4 * vocabulary + 1)
     items = encode(tokenizer, TEXTS)
     chunk_sizes = []
     hook = model.get_output_embeddings().register_forward_hook(
@@ -270,7 +265,7 @@ def test_packing_lays_items_end_to_end_with_restarting_positions_and_no_mask(mod
 
 def test_packing_is_the_default_for_flash_attention_models(model, tokenizer, monkeypatch):
     layouts = []
-    monkeypatch.setattr(likelihood, "_score_batch",
+    monkeypatch.setattr(transformers_model, "_score_batch",
                         lambda model, batch, pad_id, packed: layouts.append(packed) or [(item, 0.0) for item in batch])
     items = encode(tokenizer, TEXTS[:2])
     score_continuations(model, tokenizer, items)

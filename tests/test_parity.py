@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 
 import hf_adapters.models as models
-import hf_adapters.parity as parity
+from hf_adapters.backends import TransformersBackend
 from hf_adapters.columns import add_information_parity_column
-from hf_adapters.likelihood import start_token_id
-from hf_adapters.parity import (
+from hf_adapters.information_parity import (
     RESULT_KEYS,
     compute_information_parity,
 )
+from hf_adapters.likelihood import start_token_id
 from hf_adapters.scorers import InformationParityScorer, build_scorer
 from tests.conftest import assert_exact, naive_nll
 
@@ -85,13 +85,13 @@ def test_result_values_are_plain_floats(model, tokenizer):
 
 def test_each_distinct_text_is_scored_once_in_one_core_call(model, tokenizer, monkeypatch):
     calls = []
-    original = parity.score_continuations
+    original = TransformersBackend.score
 
-    def counting(model, tokenizer, items, **kwargs):
+    def counting(backend, items, **kwargs):
         calls.append(len(items))
-        return original(model, tokenizer, items, **kwargs)
+        return original(backend, items, **kwargs)
 
-    monkeypatch.setattr(parity, "score_continuations", counting)
+    monkeypatch.setattr(TransformersBackend, "score", counting)
     predictions = ["Le chat dort.", "Die Katze schläft.", "Le chat dort.", "The cat sleeps."]
     references = ["The cat sleeps."] * 4
     result = compute_information_parity(predictions, references, model=model, tokenizer=tokenizer)
@@ -182,7 +182,7 @@ def test_column_cache_hit_loads_no_model(model, tokenizer, tmp_path, monkeypatch
         loads.append(args)
         return model, tokenizer
 
-    monkeypatch.setattr(models, "model_and_tokenizer", fake_load)
+    monkeypatch.setattr(models, "load_model", fake_load)
     first = add_information_parity_column(ds, prediction_column="text", reference_column="reference",
                                           model_id="tiny-test-model")
     second = add_information_parity_column(ds, prediction_column="text", reference_column="reference",
@@ -204,7 +204,7 @@ def test_column_rejects_missing_column(model, tokenizer):
 
 
 def test_scorer_config_scores_rows_like_the_function(model, tokenizer, monkeypatch):
-    monkeypatch.setattr(models, "model_and_tokenizer", lambda *args, **kwargs: (model, tokenizer))
+    monkeypatch.setattr(models, "load_model", lambda *args, **kwargs: (model, tokenizer))
     scorer = build_scorer({"name": "InformationParityScorer", "prediction_column": "fr", "batch_size": 2})
     assert isinstance(scorer, InformationParityScorer)
     assert scorer.required_fields == ("fr", "reference")

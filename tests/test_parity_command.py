@@ -7,10 +7,10 @@ import math
 import pytest
 
 from hf_adapters.cli import main
-from hf_adapters.data_io import read_jsonl
+from hf_adapters.data_io import read_records
+from hf_adapters.information_parity import compute_information_parity
 from hf_adapters.models import embedded_default_source
-from hf_adapters.parallel import evaluate_parallel, group_by_language, parallel_sample_rows
-from hf_adapters.parity import compute_information_parity
+from hf_adapters.parallel_corpus import evaluate_parallel, group_by_language, parallel_sample_rows
 
 ROWS = [
     {"lang": "eng_Latn", "id": 0, "text": "The cat sleeps on the sofa."},
@@ -84,7 +84,7 @@ def test_read_jsonl_names_a_bad_line(tmp_path):
     path = tmp_path / "bad.jsonl"
     path.write_text('{"lang": "eng_Latn", "id": 0, "text": "ok"}\n\n{oops\n', encoding="utf-8")
     with pytest.raises(ValueError, match=r"bad.jsonl:3"):
-        read_jsonl(path)
+        read_records(path)
 
 
 def test_shipped_parallel_sample_is_parallel():
@@ -140,7 +140,7 @@ def test_default_model_on_shared_flores(shared_dir, tmp_path, capsys):
 def test_hub_rows_accept_flores_plus_columns(monkeypatch):
     import datasets
 
-    from hf_adapters.parallel import hub_rows
+    from hf_adapters.parallel_corpus import hub_rows
 
     table = datasets.Dataset.from_dict(
         {"iso_639_3": ["eng", "fra"], "iso_15924": ["Latn", "Latn"], "id": [1, 1], "text": ["Hi.", "Salut."]}

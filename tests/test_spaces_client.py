@@ -18,7 +18,7 @@ import pytest
 
 from hf_adapters.ifd import compute_ifd
 from hf_adapters.ifeval import compute_ifeval
-from hf_adapters.parity import compute_information_parity
+from hf_adapters.information_parity import compute_information_parity
 from hf_adapters.perplexity import compute_perplexity
 from tests.spaces_fixtures import (  # noqa: F401  (fixtures)
     ROOT,

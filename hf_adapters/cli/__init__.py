@@ -8,9 +8,9 @@ import argparse
 import logging
 from collections.abc import Sequence
 
-from . import demo, parity, perplexity, score, select
+from . import demo_command, parity_command, perplexity_command, score_command, select_command
 
-SUBCOMMANDS = [demo, parity, perplexity, score, select]
+SUBCOMMANDS = [demo_command, parity_command, perplexity_command, score_command, select_command]
 
 
 def build_parser() -> argparse.ArgumentParser:

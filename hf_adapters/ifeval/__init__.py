@@ -1,8 +1,8 @@
 """IFEval: the 25 instruction checks, strict and loose scoring, and their aggregates."""
 
-from .evaluation import RowResult, aggregate, compute_ifeval, loose_variants, score_row, score_rows
+from .evaluation import RowResult, aggregate, compute_ifeval, ifeval_row_score, loose_variants, score_row, score_rows
+from .examples import demo_rows
 from .registry import INSTRUCTIONS, IFEvalInputError, build_check, build_checks
-from .scorer import demo_rows, ifeval_row_score
 
 __all__ = [
     "INSTRUCTIONS",

@@ -114,3 +114,14 @@ def compute_ifeval(
 ) -> dict[str, Any]:
     """IFEval accuracies of ``predictions`` (responses) against ``references`` (IFEval rows)."""
     return aggregate(score_rows(predictions, references), detailed=detailed)
+
+
+def ifeval_row_score(row: Mapping[str, Any], response_field: str = "response") -> float:
+    """1.0 if the row's response follows all its instructions (prompt-level strict), else 0.0.
+
+    ``row`` carries the IFEval fields (``instruction_id_list``, ``kwargs``, optional ``key``)
+    plus the response under ``response_field``.
+    """
+    if response_field not in row:
+        raise ValueError(f"row has no response field {response_field!r}; fields: {sorted(row)}")
+    return 1.0 if all(score_row(row[response_field], row).strict) else 0.0

@@ -1,11 +1,11 @@
 """One scorer per metric, named by the seed YAML configs (``name: PPLScorer`` ...), and their registry."""
 
 from .base import SCORERS, ConfigError, ModelRowScorer, RowScorer, build_scorer, load_config, register_scorer
-from .conversation import ConversationIFDScorer, ConversationPerplexityScorer
-from .ifd import IFDScorer
-from .ifeval import IFEvalScorer
-from .parity import InformationParityScorer
-from .perplexity import PerplexityScorer, PPLScorer
+from .conversation_scorers import ConversationIFDScorer, ConversationPerplexityScorer
+from .ifd_scorer import IFDScorer
+from .ifeval_scorer import IFEvalScorer
+from .parity_scorer import InformationParityScorer
+from .perplexity_scorers import PerplexityScorer, PPLScorer
 
 __all__ = [
     "SCORERS",

@@ -15,9 +15,12 @@ import torch
 import yaml
 
 from .. import models
-from ..options import check_lengths
+from ..backends import BackendOptions, LikelihoodBackend, TransformersBackend
+from ..options import DEFAULT_BATCH_SIZE, OptionSpec, partition_options
 
 SCORERS: dict[str, type[RowScorer]] = {}
+#: The backend of a config without a ``backend`` key.
+BACKEND_DEFAULT = TransformersBackend.name
 
 
 def register_scorer(cls: type[RowScorer]) -> type[RowScorer]:
@@ -163,47 +166,106 @@ class RowScorer:
 
 
 class ModelRowScorer(RowScorer):
-    """Base of scorers that run a model. ``model`` (a model id or path, or, as in transformers'
-    ``pipeline``, a loaded model passed with its ``tokenizer``), ``max_length``, ``batch_size`` and
-    ``dtype`` are config keys, checked when the scorer is built; ``device`` is not (it does not
-    change scores). A model named by id is loaded, through
-    :func:`hf_adapters.models.model_and_tokenizer`, on first use."""
+    """Base of scorers that run a model. The config keys are ``model`` (a model id or path, or, as
+    in transformers' ``pipeline``, a loaded model passed with its ``tokenizer``), ``batch_size``,
+    ``dtype``, ``backend`` (a registered backend's name, or a :class:`~hf_adapters.backends.LikelihoodBackend`
+    passed from Python) and every option of the metric's ``option_spec``, all checked when the
+    scorer is built; ``device`` and ``progress`` are not config keys (they do not change scores).
+    The backend is loaded on first use.
+
+    Subclasses set ``option_spec`` (the metric's options), ``seed_keys`` (the options every config
+    holds, as the seed's YAML configs do) and ``option_defaults`` (defaults of their own).
+    """
+
+    option_spec: ClassVar[type[OptionSpec]]
+    seed_keys: ClassVar[tuple[str, ...]] = ("max_length",)
+    option_defaults: ClassVar[dict[str, Any]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any):
+        super().__init_subclass__(**kwargs)
+        if not hasattr(cls, "option_spec"):
+            return
+        defaults = cls.option_spec.build(cls.option_defaults).resolved()
+        cls.options = {"model": models.DEFAULT_MODEL_ID, "batch_size": DEFAULT_BATCH_SIZE, "dtype": None,
+                       **{key: defaults[key] for key in cls.seed_keys}}
+        cls.extra_options = {"backend": BACKEND_DEFAULT,
+                             **{key: value for key, value in defaults.items() if key not in cls.seed_keys}}
 
     def __init__(self, *, tokenizer: Any = None, device: str | torch.device | None = None,
                  progress: bool | None = False, **config: Any):
-        model = config.get("model", self.options.get("model"))
-        self.model_object = None if isinstance(model, str) else model
-        if (self.model_object is None) != (tokenizer is None):
-            raise ValueError("Pass both `model` and `tokenizer`, or neither (then `model_id` is loaded).")
-        if self.model_object is not None:
+        model, backend = config.get("model", self.options["model"]), config.get("backend")
+        model_object = None if isinstance(model, str) or model is None else model
+        backend_object = backend if isinstance(backend, LikelihoodBackend) else None
+        if model_object is not None:
             config["model"] = getattr(model, "name_or_path", "") or type(model).__name__
+        if backend_object is not None:
+            config["backend"] = backend_object.name or type(backend_object).__name__
         super().__init__(**config)
         if not isinstance(self.config["model"], str) or not self.config["model"]:
             raise ConfigError(f"{self.name}: `model` must be a model id or path, got {self.config['model']!r}.")
+        given = {key: value for key, value in config.items() if key in self.option_spec.names()}
         try:
-            check_lengths(self.config["max_length"], self.config["batch_size"])
-            models.resolve_dtype(self.config["dtype"], torch.device("cpu"))
-        except ValueError as error:
+            self.spec = self.option_spec.build({**self.option_defaults, **given})
+            self.check_spec()
+            self.run = BackendOptions(
+                backend=backend_object or self.config.get("backend"), model_id=self.config["model"],
+                model=model_object, tokenizer=tokenizer, dtype=self.config["dtype"], device=device,
+                batch_size=self.config["batch_size"], progress=progress,
+            )
+        except (ValueError, TypeError) as error:
             raise ConfigError(f"{self.name}: {error}") from None
-        self.tokenizer, self.device, self.progress = tokenizer, device, progress
-        if self.token_outputs and self.setting("return_token_losses"):
+        # The config says what the scores depend on: the seed keys, and the other options that are given
+        # or resolved to other values than their defaults (so that naming a default changes no fingerprint).
+        values = {**self.spec.resolved(), "backend": self.config.get("backend") or BACKEND_DEFAULT}
+        given = self.spec.given()
+        self.config = {**{key: self.config[key] for key in ("model", "batch_size", "dtype")},
+                       **{key: values[key] for key in self.seed_keys},
+                       **{key: values[key] for key, default in self.extra_options.items()
+                          if key in given or values[key] != default}}
+        self._backend: LikelihoodBackend | None = None
+        if self.token_outputs and values.get("return_token_losses"):
             self.outputs = (*self.outputs, *self.token_outputs)
             self.result_keys = (*self.result_keys, *self.token_outputs)
 
-    def load(self):
-        """The caller's model and tokenizer, else the process-wide cached ``config["model"]``."""
-        return models.model_and_tokenizer(self.config["model"], self.model_object, self.tokenizer,
-                                          self.config["dtype"], self.device)
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any], *, caller: str | None = None, **config: Any) -> ModelRowScorer:
+        """The scorer for an entry point's keyword ``options``: those of
+        :class:`~hf_adapters.backends.BackendOptions` (``model_id``, or ``model`` and ``tokenizer``, or
+        ``backend``; ``dtype``, ``device``, ``batch_size``, ``progress``) and those of the metric's spec;
+        ``config`` adds config keys (columns). An unknown option is a ValueError naming ``caller``."""
+        run, metric, _ = partition_options(options, BackendOptions.names(), cls.option_spec.names(),
+                                           caller=caller or cls.name)
+        model_id, model = run.pop("model_id", models.DEFAULT_MODEL_ID), run.pop("model", None)
+        return cls(model=model_id if model is None else model, **run, **metric, **config)
+
+    def check_spec(self) -> None:
+        """Raise a ValueError for options this scorer's rows do not take (see the spec's ``check_rows``)."""
+        self.spec.check_rows()
+
+    @property
+    def model_object(self) -> Any:
+        """The loaded model the caller passed, if any."""
+        return self.run.model
+
+    @property
+    def progress(self) -> bool | None:
+        return self.run.progress
+
+    def load(self) -> LikelihoodBackend:
+        """The backend: the caller's, or one around the caller's model, else the process-wide cached
+        ``config["model"]`` on the configured backend; loaded once per scorer."""
+        if self._backend is None:
+            self._backend = self.run.load()
+        return self._backend
 
     def prepare(self) -> None:
         self.load()
 
     def model_identity(self) -> dict[str, Any] | None:
-        """The model's files (sizes, times, first and last MiB) or hub commit, with the effective
-        dtype and device type: see :func:`hf_adapters.models.model_identity`."""
-        if self.model_object is not None:
-            return None
-        return models.model_identity(self.config["model"], self.config["dtype"], self.device)
+        """What scores: the model's files (sizes, times, first and last MiB) or hub commit, with the
+        effective dtype and device type (see :func:`hf_adapters.models.model_identity`), or a
+        backend's own identity; None for a model object. Nothing is loaded."""
+        return self.run.identity()
 
     #: The keys of the formula's result holding the per-row lists of ``outputs``, in the same order.
     result_keys: ClassVar[tuple[str, ...]]
@@ -229,9 +291,14 @@ class ModelRowScorer(RowScorer):
 
 
 def build_scorer(config: Mapping[str, Any], **overrides: Any) -> RowScorer:
-    """Build the scorer a config dict names; ``overrides`` that are not None replace config keys."""
+    """Build the scorer a config dict names; ``overrides`` that are not None replace config keys.
+
+    ``name: IFDScorer`` with a ``turns`` key names ``ConversationIFDScorer``: IFD of conversations.
+    """
     config = dict(config)
     name = config.pop("name", None)
+    if name == "IFDScorer" and "turns" in config:
+        name = "ConversationIFDScorer"
     if name not in SCORERS:
         raise ConfigError(f"Unknown scorer name {name!r}; valid names: {sorted(SCORERS)}")
     config.update({key: value for key, value in overrides.items() if value is not None})

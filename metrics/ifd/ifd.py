@@ -4,9 +4,7 @@ import datasets
 import evaluate
 
 from hf_adapters.conversations import check_conversations
-from hf_adapters.ifd import DEFAULT_REVERSE_TEMPLATE, check_ifd_inputs
-from hf_adapters.models import DEFAULT_MODEL_ID
-from hf_adapters.options import DEFAULT_BATCH_SIZE, DEFAULT_MAX_LENGTH
+from hf_adapters.ifd import check_ifd_inputs
 from hf_adapters.scorers import ConversationIFDScorer, IFDScorer
 from hf_adapters.texts import check_texts
 
@@ -112,46 +110,10 @@ class IFD(evaluate.Metric):
             inputs = check_ifd_inputs(instructions or [], outputs or [], inputs)
         return super().compute(instructions=instructions, outputs=outputs, inputs=inputs, **kwargs)
 
-    def _compute(
-        self,
-        instructions,
-        outputs,
-        inputs,
-        model_id=DEFAULT_MODEL_ID,
-        template=None,
-        template_no_input=None,
-        max_length=DEFAULT_MAX_LENGTH,
-        batch_size=DEFAULT_BATCH_SIZE,
-        mode=None,
-        convention="exact",
-        direction="forward",
-        reverse_template=DEFAULT_REVERSE_TEMPLATE,
-        return_token_losses=False,
-        dtype=None,
-        device=None,
-        model=None,
-        tokenizer=None,
-    ):
-        scorer = IFDScorer(
-            model=model_id if model is None else model,
-            tokenizer=tokenizer,
-            template=template,
-            template_no_input=template_no_input,
-            max_length=max_length,
-            batch_size=batch_size,
-            mode=mode,
-            direction=direction,
-            reverse_template=reverse_template,
-            return_token_losses=return_token_losses,
-            convention=convention,
-            dtype=dtype,
-            device=device,
-            progress=None,
-        )
+    def _compute(self, instructions, outputs, inputs, **options):
+        scorer = IFDScorer.from_options({"progress": None, **options}, caller="ifd.compute")
         return scorer.result({"instruction": instructions, "input": inputs, "output": outputs})
 
-    def _compute_conversations(self, conversations, turns="last", turn_template=None, model_id=DEFAULT_MODEL_ID,
-                               model=None, **options):
-        scorer = ConversationIFDScorer(model=model_id if model is None else model, turns=turns,
-                                       template=turn_template, progress=None, **options)
+    def _compute_conversations(self, conversations, **options):
+        scorer = ConversationIFDScorer.from_options({"progress": None, **options}, caller="ifd.compute")
         return scorer.result(conversations)

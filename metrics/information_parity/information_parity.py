@@ -3,9 +3,7 @@
 import datasets
 import evaluate
 
-from hf_adapters.models import DEFAULT_MODEL_ID
-from hf_adapters.options import DEFAULT_BATCH_SIZE
-from hf_adapters.parity import check_pairs
+from hf_adapters.information_parity import check_pairs
 from hf_adapters.scorers import InformationParityScorer
 
 _CITATION = """\
@@ -81,25 +79,7 @@ class InformationParity(evaluate.Metric):
             check_pairs(predictions, references)
         return super().compute(predictions=predictions, references=references, **kwargs)
 
-    def _compute(
-        self,
-        predictions,
-        references,
-        model_id=DEFAULT_MODEL_ID,
-        batch_size=DEFAULT_BATCH_SIZE,
-        max_length=None,
-        dtype=None,
-        device=None,
-        model=None,
-        tokenizer=None,
-    ):
-        scorer = InformationParityScorer(
-            model=model_id if model is None else model,
-            tokenizer=tokenizer,
-            batch_size=batch_size,
-            max_length=max_length,
-            dtype=dtype,
-            device=device,
-            progress=None,
-        )
+    def _compute(self, predictions, references, **options):
+        scorer = InformationParityScorer.from_options({"progress": None, **options},
+                                                      caller="information_parity.compute")
         return scorer.result({"prediction": predictions, "reference": references})

@@ -4,8 +4,6 @@ import datasets
 import evaluate
 
 from hf_adapters.conversations import check_conversations
-from hf_adapters.models import DEFAULT_MODEL_ID
-from hf_adapters.options import DEFAULT_BATCH_SIZE
 from hf_adapters.scorers import ConversationPerplexityScorer, PerplexityScorer
 from hf_adapters.texts import check_texts
 
@@ -92,38 +90,10 @@ class Perplexity(evaluate.Metric):
             check_texts(predictions)
         return super().compute(predictions=predictions, references=references, **kwargs)
 
-    def _compute(
-        self,
-        predictions,
-        model_id=DEFAULT_MODEL_ID,
-        batch_size=DEFAULT_BATCH_SIZE,
-        add_start_token=True,
-        device=None,
-        max_length=None,
-        dtype=None,
-        model=None,
-        tokenizer=None,
-        stride=None,
-        return_token_losses=False,
-        convention="exact",
-    ):
-        scorer = PerplexityScorer(
-            model=model_id if model is None else model,
-            tokenizer=tokenizer,
-            batch_size=batch_size,
-            add_start_token=add_start_token,
-            device=device,
-            max_length=max_length,
-            dtype=dtype,
-            stride=stride,
-            return_token_losses=return_token_losses,
-            convention=convention,
-            progress=None,
-        )
+    def _compute(self, predictions, **options):
+        scorer = PerplexityScorer.from_options({"progress": None, **options}, caller="perplexity.compute")
         return scorer.result({"text": predictions})
 
-    def _compute_conversations(self, conversations, turn_template=None, model_id=DEFAULT_MODEL_ID, model=None,
-                               **options):
-        scorer = ConversationPerplexityScorer(model=model_id if model is None else model, template=turn_template,
-                                              progress=None, **options)
+    def _compute_conversations(self, conversations, **options):
+        scorer = ConversationPerplexityScorer.from_options({"progress": None, **options}, caller="perplexity.compute")
         return scorer.result(conversations)

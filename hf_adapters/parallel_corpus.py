@@ -2,7 +2,7 @@
 
 The data is ``{"lang", "id", "text"}`` rows, the same ``id`` in every language naming one
 sentence. Each language is paired with the reference language on their shared ids and all
-distinct texts are scored in one batched pass. ``hf-adapters parity`` (:mod:`hf_adapters.cli.parity`)
+distinct texts are scored in one batched pass. ``hf-adapters parity`` (:mod:`hf_adapters.cli.parity_command`)
 prints, writes and draws the result.
 """
 
@@ -14,13 +14,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from importlib import resources
 from typing import Any
 
-import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
-
-from .data_io import read_jsonl
-from .models import DEFAULT_MODEL_ID, model_and_tokenizer
-from .options import DEFAULT_BATCH_SIZE
-from .parity import score_texts, summarize_information_parity
+from .backends import BackendOptions
+from .data_io import read_records
+from .information_parity import InformationParityOptions, score_texts, summarize_information_parity
+from .options import split_options, takes_options
 from .texts import check_texts
 
 logger = logging.getLogger(__name__)
@@ -28,7 +25,7 @@ logger = logging.getLogger(__name__)
 def parallel_sample_rows() -> list[dict[str, Any]]:
     """The five parallel sentences in English, French, German and Spanish shipped with the package."""
     with resources.as_file(resources.files("hf_adapters") / "data" / "parallel_sample.jsonl") as path:
-        return read_jsonl(path)
+        return read_records(path)
 
 
 def group_by_language(rows: Iterable[Mapping[str, Any]]) -> dict[str, dict[Any, str]]:
@@ -47,35 +44,33 @@ def group_by_language(rows: Iterable[Mapping[str, Any]]) -> dict[str, dict[Any, 
     return languages
 
 
+@takes_options(BackendOptions, InformationParityOptions)
 def evaluate_parallel(
     rows: Iterable[Mapping[str, Any]],
     reference_lang: str = "eng_Latn",
     *,
     languages: Sequence[str] | None = None,
-    model_id: str = DEFAULT_MODEL_ID,
-    batch_size: int = DEFAULT_BATCH_SIZE,
-    max_length: int | None = None,
-    dtype: str | torch.dtype | None = None,
-    device: str | torch.device | None = None,
-    model: PreTrainedModel | None = None,
-    tokenizer: PreTrainedTokenizerBase | None = None,
-    progress: bool | None = None,
+    **options: Any,
 ) -> dict[str, Any]:
     """Information Parity of each language against ``reference_lang`` on parallel ``{lang, id, text}`` rows.
 
     Returns ``{"model", "reference", "languages": {lang: stats}}`` where each language's stats are
-    those of :func:`~hf_adapters.parity.compute_information_parity` (``scores`` replaced by
+    those of :func:`~hf_adapters.information_parity.compute_information_parity` (``scores`` replaced by
     ``pairs``: ``[{"id", "score"}]``) plus ``num_pairs``; languages are sorted by parity, highest
     first. Ids missing from either side are skipped with a warning. ``languages`` restricts the
-    languages under test.
+    languages under test. The options are those of
+    :class:`~hf_adapters.information_parity.InformationParityOptions` and
+    :class:`~hf_adapters.backends.BackendOptions`.
 
     Example:
-        >>> from hf_adapters.parallel import evaluate_parallel
+        >>> from hf_adapters.parallel_corpus import evaluate_parallel
         >>> rows = [{"lang": "eng_Latn", "id": 0, "text": "The cat sleeps."},
         ...         {"lang": "fra_Latn", "id": 0, "text": "Le chat dort."}]
         >>> list(evaluate_parallel(rows, "eng_Latn")["languages"])
         ['fra_Latn']
     """
+    run, parity_options = split_options(options, BackendOptions, InformationParityOptions,
+                                             caller="evaluate_parallel")
     grouped = group_by_language(rows)
     if reference_lang not in grouped:
         raise ValueError(f"Reference language {reference_lang!r} is not in the data; languages: {sorted(grouped)}")
@@ -90,11 +85,10 @@ def evaluate_parallel(
             logger.warning("%s: %d id(s) not in both %s and %s are skipped.", lang, skipped, lang, reference_lang)
         pairs[lang] = ids
 
-    name = model_id if model is None else (getattr(model, "name_or_path", "") or type(model).__name__)
-    model, tokenizer = model_and_tokenizer(model_id, model, tokenizer, dtype, device)
+    backend = run.load()
     texts = [reference[i] for ids in pairs.values() for i in ids]
     texts += [grouped[lang][i] for lang, ids in pairs.items() for i in ids]
-    scores = score_texts(model, tokenizer, texts, max_length=max_length, batch_size=batch_size, progress=progress)
+    scores = score_texts(backend, texts, parity_options, batch_size=run.batch_size, progress=run.progress)
 
     results = {}
     for lang, ids in pairs.items():
@@ -104,7 +98,7 @@ def evaluate_parallel(
         stats["pairs"] = [{"id": i, "score": score} for i, score in zip(ids, per_pair, strict=True)]
         results[lang] = stats
     order = sorted(results, key=lambda lang: _sort_key(results[lang]["information_parity"]))
-    return {"model": name, "reference": reference_lang, "languages": {lang: results[lang] for lang in order}}
+    return {"model": run.model_name, "reference": reference_lang, "languages": {lang: results[lang] for lang in order}}
 
 
 def _sort_key(value: float) -> float:

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..data_io import read_jsonl
+from ..data_io import read_records
+from ..json_values import json_safe
 from ..models import DEFAULT_MODEL_ID
 from ..options import DEFAULT_BATCH_SIZE
-from ..parallel import evaluate_parallel, hub_rows
+from ..parallel_corpus import evaluate_parallel, hub_rows
 from .tables import format_table as text_table
 
 #: Per-language statistics, in table order, with the table's column headers.
@@ -36,21 +36,11 @@ def format_table(result: Mapping[str, Any]) -> str:
     return text_table(["lang", *STAT_COLUMNS.values(), "pairs"], rows)
 
 
-def _json_safe(value: Any) -> Any:
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    if isinstance(value, Mapping):
-        return {key: _json_safe(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_json_safe(item) for item in value]
-    return value
-
-
 def write_json(result: Mapping[str, Any], path: str | Path) -> None:
     """Write the result as JSON, NaN as null."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(_json_safe(result), ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+    path.write_text(json.dumps(json_safe(result), ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
 
 
 def plot_parity(result: Mapping[str, Any], path: str | Path) -> None:
@@ -81,7 +71,7 @@ def plot_parity(result: Mapping[str, Any], path: str | Path) -> None:
 def run(args: argparse.Namespace) -> int:
     if (args.data is None) == (args.hub is None):
         raise SystemExit("parity: give exactly one of --data FILE or --hub DATASET")
-    rows = read_jsonl(args.data) if args.data else hub_rows(args.hub, args.hub_config, args.split)
+    rows = read_records(args.data) if args.data else hub_rows(args.hub, args.hub_config, args.split)
     result = evaluate_parallel(
         rows, args.reference, languages=args.languages, model_id=args.model, batch_size=args.batch_size,
         max_length=args.max_length, dtype=args.dtype, device=args.device,

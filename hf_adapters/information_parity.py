@@ -11,15 +11,14 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from .likelihood import ContinuationScore, score_continuations
-from .models import DEFAULT_MODEL_ID, model_and_tokenizer
-from .options import DEFAULT_BATCH_SIZE, check_lengths
+from .backends import BackendOptions, LikelihoodBackend
+from .likelihood import ContinuationScore
+from .options import OptionSpec, check_max_length, split_options, takes_options
 from .texts import check_texts, text_items
 
 logger = logging.getLogger(__name__)
@@ -48,21 +47,38 @@ def check_pairs(predictions: Sequence, references: Sequence) -> None:
         )
 
 
+@dataclass(frozen=True)
+class InformationParityOptions(OptionSpec):
+    """The options of Information Parity, declared once: :func:`compute_information_parity`, the
+    ``information_parity`` metric, ``add_information_parity_column``, the ``InformationParityScorer``
+    config, :func:`~hf_adapters.parallel_corpus.evaluate_parallel` and ``hf-adapters parity`` take these.
+
+    Attributes:
+        max_length: each text is cut to this many tokens, the start token included (default: the
+            model's position limit).
+    """
+
+    max_length: int | None = None
+
+    def check(self) -> None:
+        check_max_length(self.max_length)
+
+    def resolved(self) -> dict[str, Any]:
+        return {"max_length": self.max_length}
+
+
 def score_texts(
-    model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
+    backend: LikelihoodBackend,
     texts: Sequence[str],
+    options: InformationParityOptions,
     *,
-    max_length: int | None = None,
-    batch_size: int = DEFAULT_BATCH_SIZE,
+    batch_size: int | None = None,
     progress: bool | None = None,
 ) -> dict[str, ContinuationScore]:
-    """Total NLL of each distinct text, every token scored after the start token, in one core call."""
+    """Total NLL of each distinct text, every token scored after the start token, in one backend call."""
     distinct = list(dict.fromkeys(texts))
-    scores = score_continuations(
-        model, tokenizer, text_items(tokenizer, distinct), max_length=max_length, batch_size=batch_size,
-        progress=progress, desc="Information parity",
-    )
+    scores = backend.score(text_items(backend.tokenizer, distinct), max_length=options.max_length,
+                           batch_size=batch_size, progress=progress, desc="Information parity")
     if truncated := sum(score.truncated for score in scores):
         logger.warning("%d text(s) were longer than max_length and were truncated.", truncated)
     return dict(zip(distinct, scores, strict=True))
@@ -111,19 +127,8 @@ def summarize_information_parity(
     }
 
 
-def compute_information_parity(
-    predictions: Sequence[str],
-    references: Sequence[str],
-    *,
-    model_id: str = DEFAULT_MODEL_ID,
-    batch_size: int = DEFAULT_BATCH_SIZE,
-    max_length: int | None = None,
-    dtype: str | torch.dtype | None = None,
-    device: str | torch.device | None = None,
-    model: PreTrainedModel | None = None,
-    tokenizer: PreTrainedTokenizerBase | None = None,
-    progress: bool | None = None,
-) -> dict[str, Any]:
+@takes_options(BackendOptions, InformationParityOptions)
+def compute_information_parity(predictions: Sequence[str], references: Sequence[str], **options: Any) -> dict[str, Any]:
     """Information Parity of texts in a language under test (``predictions``) against parallel
     ``references`` (usually English).
 
@@ -133,32 +138,31 @@ def compute_information_parity(
     prediction NLL), ``tokenization_parity`` (prediction tokens / reference tokens) and
     ``bits_per_byte`` / ``reference_bits_per_byte`` (total NLL in bits / UTF-8 bytes), all over
     the valid pairs; bits per byte leaves out pairs with a text cut to ``max_length`` (NaN if no
-    pair is left). Each distinct text is scored once.
+    pair is left). Each distinct text is scored once. The options are those of
+    :class:`InformationParityOptions` and :class:`~hf_adapters.backends.BackendOptions`.
 
     Example:
-        >>> from hf_adapters.parity import compute_information_parity
+        >>> from hf_adapters.information_parity import compute_information_parity
         >>> result = compute_information_parity(["Le chat dort."], ["The cat is sleeping."])
         >>> 0 < result["information_parity"] < 2
         True
     """
     check_pairs(predictions, references)
-    check_lengths(max_length, batch_size)
-    model, tokenizer = model_and_tokenizer(model_id, model, tokenizer, dtype, device)
-    return score_information_parity(model, tokenizer, predictions, references, max_length=max_length,
-                                    batch_size=batch_size, progress=progress)
+    run, parity_options = split_options(options, BackendOptions, InformationParityOptions,
+                                             caller="compute_information_parity")
+    return score_information_parity(run.load(), predictions, references, parity_options, batch_size=run.batch_size,
+                                    progress=run.progress)
 
 
 def score_information_parity(
-    model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
+    backend: LikelihoodBackend,
     predictions: Sequence[str],
     references: Sequence[str],
+    options: InformationParityOptions,
     *,
-    max_length: int | None = None,
-    batch_size: int = DEFAULT_BATCH_SIZE,
+    batch_size: int | None = None,
     progress: bool | None = None,
 ) -> dict[str, Any]:
-    """Information Parity of checked pairs with a loaded model: the body of :func:`compute_information_parity`."""
-    scores = score_texts(model, tokenizer, [*predictions, *references], max_length=max_length,
-                         batch_size=batch_size, progress=progress)
+    """Information Parity of checked pairs with a backend: the body of :func:`compute_information_parity`."""
+    scores = score_texts(backend, [*predictions, *references], options, batch_size=batch_size, progress=progress)
     return summarize_information_parity(predictions, references, scores)

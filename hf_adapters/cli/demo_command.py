@@ -8,32 +8,31 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import time
 from importlib import resources
 from pathlib import Path
 
-from ..data_io import read_jsonl
+from ..data_io import read_records
 from ..ifeval import demo_rows
+from ..json_values import json_safe
 from ..models import DEFAULT_MODEL_ID, load_model
-from ..parallel import evaluate_parallel, parallel_sample_rows
+from ..parallel_corpus import evaluate_parallel, parallel_sample_rows
 from ..scorers import IFDScorer, IFEvalScorer, PPLScorer
-from .parity import format_table as parity_table
+from .parity_command import format_table as parity_table
 from .tables import format_number, format_table
 
 
 def sample_rows() -> list[dict]:
     """The ~20 instruction/input/output records shipped with the package (``data/sample.jsonl``)."""
     with resources.as_file(resources.files("hf_adapters") / "data" / "sample.jsonl") as path:
-        return read_jsonl(path)
+        return read_records(path)
 
 
 def _write_jsonl(records: list[dict], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", encoding="utf-8") as handle:
         for record in records:
-            clean = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in record.items()}
-            handle.write(json.dumps(clean, ensure_ascii=False) + "\n")
+            handle.write(json.dumps(json_safe(record), ensure_ascii=False) + "\n")
 
 
 def _instruction_scores(rows: list[dict], model, tokenizer) -> list[dict]:

@@ -5,16 +5,16 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..models import DEFAULT_MODEL_ID
-from ..options import DEFAULT_BATCH_SIZE, DEFAULT_MAX_LENGTH, check_stride
-from ..perplexity import check_perplexity_convention, score_perplexity
+from ..options import DEFAULT_MAX_LENGTH
+from ..perplexity import PerplexityOptions, score_perplexity
 from ..texts import ppl_text
-from .base import ConfigError, ModelRowScorer, register_scorer
+from .base import ModelRowScorer, register_scorer
 
 
 @register_scorer
 class PerplexityScorer(ModelRowScorer):
-    """Perplexity of each text (lower: more predictable), as the ``perplexity`` metric computes it.
+    """Perplexity of each text (lower: more predictable), as the ``perplexity`` metric computes it;
+    its keys are those of :class:`~hf_adapters.perplexity.PerplexityOptions` for texts.
 
     With ``stride`` every token of a long text is scored, in rolling windows of at most
     ``max_length`` tokens (see :func:`hf_adapters.perplexity.compute_perplexity`).
@@ -28,35 +28,21 @@ class PerplexityScorer(ModelRowScorer):
     """
 
     name = "PerplexityScorer"
-    options = {"model": DEFAULT_MODEL_ID, "max_length": None, "batch_size": DEFAULT_BATCH_SIZE, "dtype": None,
-               "add_start_token": True, "stride": None, "return_token_losses": False}
-    extra_options = {"convention": "exact"}
+    option_spec = PerplexityOptions
+    seed_keys = ("max_length", "add_start_token", "stride", "return_token_losses")
     roles = {"text": "text"}
     text_roles = ("text",)
     outputs = ("perplexity",)
     result_keys = ("perplexities",)
     token_outputs = ("tokens", "token_losses")
 
-    def __init__(self, **config: Any):
-        super().__init__(**config)
-        try:
-            check_stride(self.setting("stride"), self.config["max_length"])
-            check_perplexity_convention(self.setting("convention"), self.setting("stride"))
-        except ValueError as error:
-            raise ConfigError(f"{self.name}: {error}") from None
-
     def texts(self, texts: Mapping[str, Sequence[str]]) -> Sequence[str]:
         """The texts to score, from the texts of each role."""
         return texts["text"]
 
     def result(self, texts: Mapping[str, Sequence[str]], first_row: int = 0) -> dict[str, Any]:
-        model, tokenizer = self.load()
-        return score_perplexity(
-            model, tokenizer, self.texts(texts), add_start_token=self.setting("add_start_token"),
-            max_length=self.config["max_length"], batch_size=self.config["batch_size"], progress=self.progress,
-            stride=self.setting("stride"), return_token_losses=self.setting("return_token_losses"),
-            convention=self.setting("convention"),
-        )
+        return score_perplexity(self.load(), self.texts(texts), self.spec, batch_size=self.run.batch_size,
+                                progress=self.progress)
 
 
 @register_scorer
@@ -72,10 +58,8 @@ class PPLScorer(PerplexityScorer):
     """
 
     name = "PPLScorer"
-    options = {
-        "model": DEFAULT_MODEL_ID, "max_length": DEFAULT_MAX_LENGTH, "batch_size": DEFAULT_BATCH_SIZE, "dtype": None,
-    }
-    extra_options = {"add_start_token": True, "stride": None, "return_token_losses": False, "convention": "exact"}
+    seed_keys = ("max_length",)
+    option_defaults = {"max_length": DEFAULT_MAX_LENGTH}
     roles = {"instruction": "instruction", "input": "input", "output": "output"}
     optional_roles = ("input",)
     text_roles = ("instruction", "input", "output")

@@ -6,9 +6,10 @@ import argparse
 import math
 import sys
 
-from ..data_io import LOADERS, read_jsonl, read_rows
+from ..conventions import SELECTION_CONVENTIONS, describe
+from ..data_io import LOADERS, read_records, read_rows
 from ..jobs import check_output_path
-from ..selection import SELECTION_CONVENTIONS, selection_indices
+from ..selection import selection_indices
 
 
 def fraction(text: str) -> float:
@@ -34,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         check_output_path(args.output, args.data)
         dataset = read_rows(args.data)
-        scores = joined_scores(dataset["id"], read_jsonl(args.scores))
+        scores = joined_scores(dataset["id"], read_records(args.scores))
         indices, removed = selection_indices(scores, top=args.top, top_n=args.top_n, max_score=args.max_score,
                                              min_score=args.min_score, highest=not args.lowest, order=args.order,
                                              convention=args.convention)
@@ -69,10 +70,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--lowest", action="store_true", help="keep the lowest scores instead of the highest")
     parser.add_argument("--order", choices=["input", "score"],
                         help="write the rows in input order (default) or best first (default for superfiltering)")
-    parser.add_argument("--convention", choices=SELECTION_CONVENTIONS, default="exact",
-                        help="exact (default): as described above; cherry: Cherry_LLM's data_by_IFD.py (drops "
-                        "scores above 1, the --top fraction counts the rows left after the cut-offs, ties go to the "
-                        "later row); superfiltering: Superfiltering's select_data.py (keeps scores below 1, best "
-                        "first). For both, 1 is the default --max-score")
+    parser.add_argument("--convention", choices=list(SELECTION_CONVENTIONS), default="exact",
+                        help=f"{describe(SELECTION_CONVENTIONS)} (default: exact)".replace("%", "%%"))
     parser.add_argument("--column", default="score", help="name of the score field in the output (default: score)")
     parser.set_defaults(run=run)

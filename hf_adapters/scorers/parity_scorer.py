@@ -5,9 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..models import DEFAULT_MODEL_ID
-from ..options import DEFAULT_BATCH_SIZE
-from ..parity import check_pairs, score_information_parity
+from ..information_parity import InformationParityOptions, check_pairs, score_information_parity
 from .base import ModelRowScorer, register_scorer
 
 
@@ -25,16 +23,16 @@ class InformationParityScorer(ModelRowScorer):
     """
 
     name = "InformationParityScorer"
-    options = {"model": DEFAULT_MODEL_ID, "max_length": None, "batch_size": DEFAULT_BATCH_SIZE, "dtype": None}
+    option_spec = InformationParityOptions
     roles = {"prediction": "prediction", "reference": "reference"}
     text_roles = ("prediction", "reference")
     outputs = ("information_parity",)
     result_keys = ("scores",)
 
+    def check_spec(self) -> None:
+        """Information Parity has no options that only some rows take."""
+
     def result(self, texts: Mapping[str, Sequence[str]], first_row: int = 0) -> dict[str, Any]:
         check_pairs(texts["prediction"], texts["reference"])
-        model, tokenizer = self.load()
-        return score_information_parity(
-            model, tokenizer, texts["prediction"], texts["reference"], max_length=self.config["max_length"],
-            batch_size=self.config["batch_size"], progress=self.progress,
-        )
+        return score_information_parity(self.load(), texts["prediction"], texts["reference"], self.spec,
+                                        batch_size=self.run.batch_size, progress=self.progress)

@@ -9,12 +9,10 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
-from ..conversations import TURNS, ConversationError, check_messages, check_turn_template
-from ..ifd import MODES, score_conversation_ifd
-from ..models import DEFAULT_MODEL_ID
-from ..options import DEFAULT_BATCH_SIZE, DEFAULT_MAX_LENGTH
-from ..perplexity import score_conversation_perplexity
-from .base import ConfigError, ModelRowScorer, register_scorer, row_name
+from ..conversations import ConversationError, check_messages
+from ..ifd import IFDOptions, score_conversation_ifd
+from ..perplexity import PerplexityOptions, score_conversation_perplexity
+from .base import ModelRowScorer, register_scorer, row_name
 
 logger = logging.getLogger(__name__)
 
@@ -28,12 +26,9 @@ class ConversationScorer(ModelRowScorer):
     #: Values of the outputs for a row whose conversation cannot be scored.
     missing: ClassVar[dict[str, Any]] = {}
 
-    def __init__(self, **config: Any):
-        super().__init__(**config)
-        try:
-            check_turn_template(self.config["template"])
-        except ValueError as error:
-            raise ConfigError(f"{self.name}: {error}") from None
+    def check_spec(self) -> None:
+        """Raise a ValueError for an option of instruction rows or texts."""
+        self.spec.check_conversations()
 
     def use_columns(self, column_names: Sequence[str]) -> None:
         if self.columns["messages"] == "messages" and "messages" not in column_names and \
@@ -78,49 +73,35 @@ class ConversationScorer(ModelRowScorer):
 class ConversationIFDScorer(ConversationScorer):
     """IFD of each conversation's last assistant turn (``turns: last``) or of all of them (``turns:
     all``: per turn, and over all assistant tokens of the conversation), each turn after its
-    history rendered by the tokenizer's chat template (``template``: a turn layout with ``{role}``
-    and ``{content}``; ChatML when the tokenizer has no chat template). A config ``name: IFDScorer``
-    with a ``turns`` key builds this scorer.
+    history rendered by the tokenizer's chat template (``turn_template``: a turn layout with
+    ``{role}`` and ``{content}``; ChatML when the tokenizer has no chat template). Its keys are
+    those of :class:`~hf_adapters.ifd.IFDOptions` for conversations; a config ``name: IFDScorer``
+    with a ``turns`` key builds this scorer (see :func:`~hf_adapters.scorers.build_scorer`).
     """
 
     name = "ConversationIFDScorer"
-    options = {"model": DEFAULT_MODEL_ID, "max_length": DEFAULT_MAX_LENGTH, "batch_size": DEFAULT_BATCH_SIZE,
-               "dtype": None, "template": None, "turns": "last"}
-    extra_options = {"mode": "ppl_ratio"}
+    option_spec = IFDOptions
+    seed_keys = ("max_length", "turns")
     outputs = ("ifd", "ppl_conditional", "ppl_direct", "turn_ifd")
     result_keys = ("ifd_scores", "conditional_perplexities", "direct_perplexities", "turn_ifd_scores")
     missing = {"turn_ifd": []}
 
-    def __init__(self, **config: Any):
-        super().__init__(**config)
-        if self.config["turns"] not in TURNS:
-            raise ConfigError(f"{self.name}: unknown turns {self.config['turns']!r}; valid: {list(TURNS)}")
-        if self.setting("mode") not in MODES:
-            raise ConfigError(f"{self.name}: unknown mode {self.setting('mode')!r}; valid modes: {list(MODES)}")
-
     def score_conversations(self, conversations: list[list[dict[str, str]]], rows: list[int]) -> dict[str, Any]:
-        model, tokenizer = self.load()
-        return score_conversation_ifd(
-            model, tokenizer, conversations, turns=self.config["turns"], template=self.config["template"],
-            max_length=self.config["max_length"], batch_size=self.config["batch_size"], mode=self.setting("mode"),
-            progress=self.progress, row_numbers=rows,
-        )
+        return score_conversation_ifd(self.load(), conversations, self.spec, batch_size=self.run.batch_size,
+                                      progress=self.progress, row_numbers=rows)
 
 
 @register_scorer
 class ConversationPerplexityScorer(ConversationScorer):
     """Perplexity of each conversation's assistant tokens, every turn after its history: what a
-    supervised fine-tuning loss sees."""
+    supervised fine-tuning loss sees. Its keys are those of
+    :class:`~hf_adapters.perplexity.PerplexityOptions` for conversations."""
 
     name = "ConversationPerplexityScorer"
-    options = {"model": DEFAULT_MODEL_ID, "max_length": None, "batch_size": DEFAULT_BATCH_SIZE, "dtype": None,
-               "template": None}
+    option_spec = PerplexityOptions
     outputs = ("perplexity",)
     result_keys = ("perplexities",)
 
     def score_conversations(self, conversations: list[list[dict[str, str]]], rows: list[int]) -> dict[str, Any]:
-        model, tokenizer = self.load()
-        return score_conversation_perplexity(
-            model, tokenizer, conversations, template=self.config["template"], max_length=self.config["max_length"],
-            batch_size=self.config["batch_size"], progress=self.progress,
-        )
+        return score_conversation_perplexity(self.load(), conversations, self.spec, batch_size=self.run.batch_size,
+                                             progress=self.progress)

@@ -1,22 +1,8 @@
-"""Row-level IFEval score for the command line (``name: IFEvalScorer``), and demo rows."""
+"""Hand-written IFEval rows with responses, for the demo and the examples."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
-
-from .evaluation import score_row
-
-
-def ifeval_row_score(row: Mapping[str, Any], response_field: str = "response") -> float:
-    """1.0 if the row's response follows all its instructions (prompt-level strict), else 0.0.
-
-    ``row`` carries the IFEval fields (``instruction_id_list``, ``kwargs``, optional ``key``)
-    plus the response under ``response_field``.
-    """
-    if response_field not in row:
-        raise ValueError(f"row has no response field {response_field!r}; fields: {sorted(row)}")
-    return 1.0 if all(score_row(row[response_field], row).strict) else 0.0
 
 
 def demo_rows() -> list[dict[str, Any]]:

@@ -1,0 +1,94 @@
+"""What the benchmark scripts share: the rows they read, how they time, compare and name the machine.
+
+The scripts are modules of this package: run them from the repository root as
+``python -m benchmarks.run`` (``make bench``), ``python -m benchmarks.exactness`` and so on.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable, Sequence
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from hf_adapters.cpu_kernels import cpuinfo_value
+from hf_adapters.data_io import read_records
+
+from .flops import synchronize
+
+
+def package_data(name: str) -> list[dict]:
+    """The records of one of the package's sample files (``hf_adapters/data/NAME``)."""
+    with resources.as_file(resources.files("hf_adapters") / "data" / name) as path:
+        return read_records(path)
+
+
+def _file_or_sample(path: str | None, sample: str) -> tuple[list[dict], str]:
+    if path and Path(path).is_file():
+        return read_records(path), path
+    return package_data(sample), f"hf_adapters/data/{sample} (fallback: {path} not found)"
+
+
+def instruction_records(path: str | None, limit: int) -> tuple[list[dict], str]:
+    """The first ``limit`` instruction/input/output records of ``path`` (a JSON list or JSONL), or of
+    the package's sample data when ``path`` is missing; and where they came from."""
+    records, source = _file_or_sample(path, "sample.jsonl")
+    return [dict(record, input=record.get("input") or "") for record in records[:limit]], source
+
+
+def parallel_rows(path: str | None, ids_per_language: int) -> tuple[list[dict], str]:
+    """The first ``ids_per_language`` sentence ids of a FLORES-style ``{lang, id, text}`` file, or of
+    the package's parallel sample when ``path`` is missing; and where they came from."""
+    rows, source = _file_or_sample(path, "parallel_sample.jsonl")
+    ids = list(dict.fromkeys(row["id"] for row in rows))[:ids_per_language]
+    return [row for row in rows if row["id"] in ids], source
+
+
+def relative_differences(scores: Sequence[float], reference: Sequence[float]) -> np.ndarray:
+    """|score - reference| / |reference| over the rows where both are finite."""
+    a, b = np.asarray(scores, dtype=np.float64), np.asarray(reference, dtype=np.float64)
+    keep = np.isfinite(a) & np.isfinite(b) & (b != 0)
+    return np.abs(a[keep] - b[keep]) / np.abs(b[keep])
+
+
+def spearman(scores: Sequence[float], reference: Sequence[float]) -> float:
+    """Spearman rank correlation over the rows where both are finite."""
+    from scipy.stats import spearmanr
+
+    a, b = np.asarray(scores, dtype=np.float64), np.asarray(reference, dtype=np.float64)
+    keep = np.isfinite(a) & np.isfinite(b)
+    return float(spearmanr(a[keep], b[keep]).statistic)
+
+
+CPU = torch.device("cpu")
+
+
+def timed(function: Callable[[], object], device: torch.device = CPU) -> tuple[object, float]:
+    """The function's result and its wall time in seconds."""
+    synchronize(device)
+    start = time.perf_counter()
+    result = function()
+    synchronize(device)
+    return result, time.perf_counter() - start
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def cpu_name() -> str:
+    return cpuinfo_value("model name") or platform.processor() or platform.machine()
+
+
+def machine_description(device: torch.device) -> str:
+    if device.type == "cuda":
+        return f"{torch.cuda.get_device_name(device)}, torch {torch.__version__}"
+    return (f"{cpu_name()} ({platform.machine()}, {os.cpu_count()} logical CPUs, {torch.get_num_threads()} torch "
+            f"threads, {torch.backends.cpu.get_cpu_capability()}), {platform.system()} {platform.release()}, "
+            f"Python {platform.python_version()}, torch {torch.__version__}")

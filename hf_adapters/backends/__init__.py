@@ -1,0 +1,143 @@
+"""Likelihood backends and their registry: what a config's ``backend:`` key and every ``backend=`` names.
+
+``transformers`` (:class:`TransformersBackend`, the default) runs a ``transformers`` model in this
+process. Another way of computing likelihoods is a subclass of :class:`LikelihoodBackend`: pass an
+instance as ``backend=`` to any entry point, or register the class under its ``name`` to make
+``backend: NAME`` work in configs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..models import DEFAULT_MODEL_ID, resolve_dtype
+from ..options import DEFAULT_BATCH_SIZE, OptionSpec, check_batch_size
+from .base import LikelihoodBackend
+from .transformers_model import TransformersBackend, score_continuations
+
+#: Backend classes by the name a config's ``backend:`` key gives.
+BACKENDS: dict[str, type[LikelihoodBackend]] = {}
+
+
+def register_backend(cls: type[LikelihoodBackend]) -> type[LikelihoodBackend]:
+    """Class decorator: make ``cls`` available as ``backend: cls.name`` in configs."""
+    if not cls.name:
+        raise ValueError(f"{cls.__name__} needs a `name` to be registered.")
+    BACKENDS[cls.name] = cls
+    return cls
+
+
+register_backend(TransformersBackend)
+
+
+def backend_class(name: str) -> type[LikelihoodBackend]:
+    """The registered backend class called ``name``; a ValueError lists the valid names."""
+    if name not in BACKENDS:
+        raise ValueError(f"Unknown backend {name!r}; valid backends: {sorted(BACKENDS)}")
+    return BACKENDS[name]
+
+
+def resolve_backend(
+    backend: LikelihoodBackend | str | None = None,
+    *,
+    model_id: str = DEFAULT_MODEL_ID,
+    model: Any = None,
+    tokenizer: Any = None,
+    dtype: Any = None,
+    device: Any = None,
+) -> LikelihoodBackend:
+    """The backend an entry point scores with: ``backend`` itself when it is one; else a loaded
+    ``model`` and its ``tokenizer`` (both or neither) in a :class:`TransformersBackend`; else
+    ``model_id`` loaded by the backend named ``backend`` (default ``transformers``)."""
+    if isinstance(backend, LikelihoodBackend):
+        if model is not None or tokenizer is not None:
+            raise ValueError("Pass `backend`, or `model` and `tokenizer`, not both.")
+        return backend
+    if backend is not None and not isinstance(backend, str):
+        raise TypeError(f"`backend` must be a LikelihoodBackend or a backend name, got {type(backend).__name__}.")
+    if (model is None) != (tokenizer is None):
+        raise ValueError("Pass both `model` and `tokenizer`, or neither (then `model_id` is loaded).")
+    cls = backend_class(backend or TransformersBackend.name)
+    if model is not None:
+        if cls is not TransformersBackend:
+            raise ValueError(f"A `model` object runs on the transformers backend, not {backend!r}.")
+        return TransformersBackend(model, tokenizer)
+    return cls.from_pretrained(model_id, dtype=dtype, device=device)
+
+
+@dataclass(frozen=True)
+class BackendOptions(OptionSpec):
+    """What computes the scores, and how it runs: none of these changes a score (beyond float
+    rounding, or the dtype's approximation). Every entry point that runs a model takes them.
+
+    Attributes:
+        backend: a :class:`LikelihoodBackend`, or the name of a registered one (default ``transformers``).
+        model_id: the model the backend loads: a hub id, a local folder or a ``.gguf`` file.
+        model: a loaded ``transformers`` model, with its ``tokenizer``, used instead of ``model_id``.
+        tokenizer: the tokenizer of ``model``.
+        dtype: ``"float32"`` (the CPU default), ``"bfloat16"`` (the GPU default; approximate) or ``"float16"``.
+        device: anything torch accepts (``"cpu"``, ``"cuda:1"``); default: accelerate's device.
+        batch_size: the most rows in one forward pass.
+        progress: show a progress bar (None: for long work only).
+    """
+
+    backend: LikelihoodBackend | str | None = None
+    model_id: str = DEFAULT_MODEL_ID
+    model: Any = None
+    tokenizer: Any = None
+    dtype: str | torch.dtype | None = None
+    device: str | torch.device | None = None
+    batch_size: int = DEFAULT_BATCH_SIZE
+    progress: bool | None = None
+
+    def check(self) -> None:
+        check_batch_size(self.batch_size)
+        resolve_dtype(self.dtype, torch.device("cpu"))
+        if isinstance(self.backend, str):
+            backend_class(self.backend)
+        elif self.backend is not None and not isinstance(self.backend, LikelihoodBackend):
+            raise TypeError(f"`backend` must be a LikelihoodBackend or a backend name, got "
+                            f"{type(self.backend).__name__}.")
+        if (self.model is None) != (self.tokenizer is None):
+            raise ValueError("Pass both `model` and `tokenizer`, or neither (then `model_id` is loaded).")
+        if isinstance(self.backend, LikelihoodBackend) and self.model is not None:
+            raise ValueError("Pass `backend`, or `model` and `tokenizer`, not both.")
+
+    @property
+    def model_name(self) -> str:
+        """How results name the model: ``model_id``, the loaded model's path or class, or the backend's class."""
+        if isinstance(self.backend, LikelihoodBackend):
+            return str((self.backend.identity() or {}).get("model") or type(self.backend).__name__)
+        if self.model is not None:
+            return getattr(self.model, "name_or_path", "") or type(self.model).__name__
+        return self.model_id
+
+    def identity(self) -> dict[str, Any] | None:
+        """The identity of the backend these options name, without loading a model where the backend
+        can tell (:meth:`LikelihoodBackend.identify`); None for a model object."""
+        if isinstance(self.backend, LikelihoodBackend):
+            return self.backend.identity()
+        if self.model is not None:
+            return None
+        return backend_class(self.backend or TransformersBackend.name).identify(self.model_id, dtype=self.dtype,
+                                                                                 device=self.device)
+
+    def load(self) -> LikelihoodBackend:
+        """The backend these options name (:func:`resolve_backend`)."""
+        return resolve_backend(self.backend, model_id=self.model_id, model=self.model, tokenizer=self.tokenizer,
+                               dtype=self.dtype, device=self.device)
+
+
+__all__ = [
+    "BACKENDS",
+    "BackendOptions",
+    "LikelihoodBackend",
+    "TransformersBackend",
+    "backend_class",
+    "register_backend",
+    "resolve_backend",
+    "score_continuations",
+]

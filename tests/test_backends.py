@@ -1,0 +1,238 @@
+"""The backend seam: a backend written outside the package drives every entry point, with the
+default backend's numbers; backends by name in configs; what the formula modules may not touch."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import math
+import re
+from pathlib import Path
+
+import evaluate
+import pytest
+import torch
+from datasets import Dataset
+
+import hf_adapters
+from hf_adapters import (
+    BackendOptions,
+    ContinuationScore,
+    IFDOptions,
+    InformationParityOptions,
+    LikelihoodBackend,
+    PerplexityOptions,
+    TransformersBackend,
+    add_ifd_column,
+    add_information_parity_column,
+    add_perplexity_column,
+    compute_ifd,
+    compute_information_parity,
+    compute_perplexity,
+    evaluate_parallel,
+    register_backend,
+)
+from hf_adapters.backends import BACKENDS
+from hf_adapters.likelihood import prepare_items
+from hf_adapters.scorers import ConfigError, ConversationIFDScorer, IFDScorer, PPLScorer, build_scorer
+from tests.conftest import assert_exact, naive_nll
+from tests.test_conversations import CONVERSATIONS, naive_conversation_ifd
+from tests.test_ifd import INPUTS, INSTRUCTIONS, OUTPUTS
+
+PACKAGE = Path(hf_adapters.__file__).parent
+TEXTS = ["The quick brown fox jumps over the lazy dog.", "Write a short poem about the sea.", "",
+         "Le renard brun saute par-dessus le chien paresseux. 🦊"]
+
+
+class OneAtATime(LikelihoodBackend):
+    """A backend as a user would write it: one item per forward pass of a plain transformers model."""
+
+    def __init__(self, model, tokenizer):
+        self.model, self.tokenizer = model, tokenizer
+        self.items_scored = 0
+
+    @property
+    def max_length(self):
+        return self.model.config.max_position_embeddings
+
+    def score(self, items, *, max_length=None, truncate=True, batch_size=None, token_losses=False, progress=None,
+              desc="Scoring"):
+        scores = []
+        for item in prepare_items(items, self.start_token_id, max_length=max_length, truncate=truncate,
+                                  position_limit=self.max_length):
+            if not item.targets:
+                scores.append(item.unscored(token_losses))
+                continue
+            with torch.no_grad():
+                logits = self.model(torch.tensor([item.input_ids])).logits[0, item.first_scored - 1:-1]
+            nlls = torch.nn.functional.cross_entropy(logits.double(), torch.tensor(item.targets),
+                                                     reduction="none").tolist()
+            scores.append(ContinuationScore(sum(nlls), len(nlls), item.truncated,
+                                            tuple(nlls) if token_losses else None))
+            self.items_scored += 1
+        return scores
+
+
+def naive_perplexities(tokenizer, texts):
+    start = tokenizer.bos_token_id
+
+    def naive(model):
+        values = []
+        for text in texts:
+            total, count = naive_nll(model, [], tokenizer(text, add_special_tokens=False).input_ids, start)
+            values.append(math.exp(total / count) if count else math.nan)
+        return values
+
+    return naive
+
+
+def test_a_user_backend_drives_the_perplexity_metric_with_the_default_backends_numbers(model, tokenizer):
+    backend = OneAtATime(model, tokenizer)
+    metric = evaluate.load("./metrics/perplexity")
+    ours = metric.compute(predictions=TEXTS, backend=backend)
+    default = metric.compute(predictions=TEXTS, model=model, tokenizer=tokenizer)
+    assert backend.items_scored == 3  # the empty text has nothing to score
+    assert_exact(ours["perplexities"], naive_perplexities(tokenizer, TEXTS), model)
+    assert_exact(default["perplexities"], naive_perplexities(tokenizer, TEXTS), model)
+
+
+def test_a_user_backend_drives_the_ifd_metric_and_add_ifd_column(model, tokenizer):
+    backend = OneAtATime(model, tokenizer)
+    reference = compute_ifd(INSTRUCTIONS, OUTPUTS, INPUTS, model=model, tokenizer=tokenizer)
+    result = evaluate.load("./metrics/ifd").compute(instructions=INSTRUCTIONS, inputs=INPUTS, outputs=OUTPUTS,
+                                                    backend=backend)
+    assert result["ifd_scores"] == pytest.approx(reference["ifd_scores"], rel=1e-5, nan_ok=True)
+    ds = Dataset.from_dict({"instruction": INSTRUCTIONS, "input": INPUTS, "output": OUTPUTS})
+    column = add_ifd_column(ds, backend=backend)["ifd"]
+    assert column == pytest.approx(reference["ifd_scores"], rel=1e-5, nan_ok=True)
+
+
+def test_a_user_backend_scores_conversations_rolling_windows_and_parity(model, tokenizer):
+    backend = OneAtATime(model, tokenizer)
+    conversation = ConversationIFDScorer(backend=backend, turns="all").result(CONVERSATIONS)
+    assert_exact(conversation["ifd_scores"],
+                 lambda m: [naive_conversation_ifd(m, tokenizer, c, "all") for c in CONVERSATIONS], model)
+    long_text = " ".join(TEXTS) * 4
+    rolling = compute_perplexity([long_text], backend=backend, max_length=32, stride=16)
+    expected = compute_perplexity([long_text], model=model, tokenizer=tokenizer, max_length=32, stride=16)
+    assert rolling["nlls"] == pytest.approx(expected["nlls"], rel=1e-5)
+    parity = compute_information_parity(TEXTS[:2], TEXTS[2:], backend=backend)
+    assert parity["scores"] == pytest.approx(
+        compute_information_parity(TEXTS[:2], TEXTS[2:], model=model, tokenizer=tokenizer)["scores"],
+        rel=1e-5, nan_ok=True)
+    rows = [{"lang": lang, "id": 0, "text": text} for lang, text in (("eng", TEXTS[0]), ("fra", TEXTS[3]))]
+    assert evaluate_parallel(rows, "eng", backend=backend)["model"] == "OneAtATime"
+
+
+def test_a_backend_without_identity_is_never_served_from_the_datasets_cache(model, tokenizer, tmp_path):
+    Dataset.from_dict({"text": TEXTS[:2]}).save_to_disk(tmp_path / "ds")
+    ds = Dataset.load_from_disk(tmp_path / "ds")
+    backend = OneAtATime(model, tokenizer)
+    add_perplexity_column(ds, text_column="text", backend=backend)
+    add_perplexity_column(ds, text_column="text", backend=backend)
+    assert backend.items_scored == 4
+
+
+def test_a_registered_backend_is_named_in_configs(model, tokenizer, monkeypatch):
+    loads = []
+
+    class Registered(OneAtATime):
+        name = "one-at-a-time"
+
+        @classmethod
+        def from_pretrained(cls, model_id, *, dtype=None, device=None):
+            loads.append(model_id)
+            return cls(model, tokenizer)
+
+        @classmethod
+        def identify(cls, model_id, *, dtype=None, device=None):
+            return {"model": model_id, "backend": cls.name}
+
+    monkeypatch.setitem(BACKENDS, Registered.name, Registered)
+    scorer = build_scorer({"name": "PPLScorer", "backend": "one-at-a-time", "model": "my/model"})
+    assert scorer.config["backend"] == "one-at-a-time"
+    rows = [{"instruction": "Say hi.", "input": "", "output": "Hi!"}]
+    assert scorer.score_rows(rows) == pytest.approx(PPLScorer(model=model, tokenizer=tokenizer).score_rows(rows),
+                                                    rel=1e-5)
+    assert loads == ["my/model"] and scorer.model_identity() == {"model": "my/model", "backend": "one-at-a-time"}
+    assert "backend" not in PPLScorer().config  # the default backend leaves configs as they were
+
+
+def test_register_backend_needs_a_name():
+    with pytest.raises(ValueError, match="needs a `name`"):
+        register_backend(OneAtATime)
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"backend": "vllm-nonexistent"}, r"Unknown backend 'vllm-nonexistent'; valid backends: \['transformers'"),
+    ({"backend": 3}, "must be a LikelihoodBackend or a backend name"),
+])
+def test_a_bad_backend_is_refused_before_anything_loads(options, message, load_calls):
+    with pytest.raises((ValueError, TypeError), match=message):
+        compute_perplexity(["a text"], **options)
+    with pytest.raises((ValueError, TypeError), match=message):
+        build_scorer({"name": "IFDScorer", **options})
+    assert load_calls == []
+
+
+def test_a_backend_and_a_model_together_are_refused(model, tokenizer):
+    with pytest.raises(ValueError, match="not both"):
+        compute_ifd(["Say hi."], ["Hi."], backend=OneAtATime(model, tokenizer), model=model, tokenizer=tokenizer)
+
+
+def test_the_transformers_backend_is_the_default_and_loads_by_name(load_calls):
+    backend = BackendOptions(model_id="some/model").load()
+    assert isinstance(backend, TransformersBackend) and load_calls == ["some/model"]
+    assert TransformersBackend.name in BACKENDS
+
+
+# Options, declared once.
+
+
+@pytest.mark.parametrize(("spec", "entry_points"), [
+    (IFDOptions, [compute_ifd, add_ifd_column]),
+    (PerplexityOptions, [compute_perplexity, add_perplexity_column]),
+    (InformationParityOptions, [compute_information_parity, add_information_parity_column, evaluate_parallel]),
+])
+def test_every_option_of_a_spec_is_a_keyword_of_each_entry_point(spec, entry_points):
+    for function in entry_points:
+        parameters = inspect.signature(function).parameters
+        for name in (*spec.names(), *BackendOptions.names()):
+            assert name in parameters, (function.__name__, name)
+            assert parameters[name].default == {**spec.defaults(), **BackendOptions.defaults()}[name]
+
+
+@pytest.mark.parametrize("cls", [IFDScorer, ConversationIFDScorer])
+def test_every_ifd_option_is_a_config_key_of_the_ifd_scorers(cls):
+    assert set(IFDOptions.names()) <= {*cls.options, *cls.extra_options}
+
+
+def test_an_unknown_option_is_named_with_the_valid_ones(load_calls):
+    ds = Dataset.from_dict({"instruction": ["a"], "input": [""], "output": ["b"]})
+    with pytest.raises(ValueError, match=r"add_ifd_column got unknown option\(s\) \['max_lenght'\]; valid options: "
+                                         r"\[.*'max_length'"):
+        add_ifd_column(ds, max_lenght=512)
+    with pytest.raises(ValueError, match=r"compute_perplexity got unknown option\(s\) \['strid'\]"):
+        compute_perplexity(["a"], strid=4)
+    with pytest.raises(ValueError, match=r"ifd.compute got unknown option\(s\) \['temperature'\]"):
+        evaluate.load("./metrics/ifd").compute(instructions=["a"], outputs=["b"], temperature=0.5)
+    with pytest.raises(ConfigError, match=r"Unknown key\(s\) \['temperature'\] for IFDScorer"):
+        IFDScorer(temperature=0.5)
+    assert load_calls == []
+
+
+# The seam's edges.
+
+
+def test_formula_modules_never_touch_a_model():
+    for name in ("ifd.py", "perplexity.py", "information_parity.py"):
+        text = (PACKAGE / name).read_text(encoding="utf-8")
+        assert not re.search(r"score_continuations|from_pretrained|base_model|get_output_embeddings", text), name
+
+
+def test_dir_and_type_checkers_see_every_public_name():
+    assert set(hf_adapters.__all__) <= set(dir(hf_adapters))
+    tree = ast.parse((PACKAGE / "__init__.py").read_text(encoding="utf-8"))
+    checked = {alias.asname or alias.name for node in ast.walk(tree) if isinstance(node, ast.If)
+               for statement in node.body if isinstance(statement, ast.ImportFrom) for alias in statement.names}
+    assert checked == set(hf_adapters.__all__)
