@@ -15,25 +15,13 @@ import torch
 from datasets import Dataset
 
 import hf_adapters
-from hf_adapters import (
-    BackendOptions,
-    ContinuationScore,
-    IFDOptions,
-    InformationParityOptions,
-    LikelihoodBackend,
-    PerplexityOptions,
-    TransformersBackend,
-    add_ifd_column,
-    add_information_parity_column,
-    add_perplexity_column,
-    compute_ifd,
-    compute_information_parity,
-    compute_perplexity,
-    evaluate_parallel,
-    register_backend,
-)
-from hf_adapters.backends import BACKENDS
-from hf_adapters.likelihood import prepare_items
+from hf_adapters.backends import BACKENDS, BackendOptions, LikelihoodBackend, TransformersBackend, register_backend
+from hf_adapters.columns import add_ifd_column, add_information_parity_column, add_perplexity_column
+from hf_adapters.ifd import IFDOptions, compute_ifd
+from hf_adapters.information_parity import InformationParityOptions, compute_information_parity
+from hf_adapters.likelihood import ContinuationScore, prepare_items
+from hf_adapters.parallel_corpus import evaluate_parallel
+from hf_adapters.perplexity import PerplexityOptions, compute_perplexity
 from hf_adapters.scorers import ConfigError, ConversationIFDScorer, IFDScorer, PPLScorer, build_scorer
 from tests.conftest import assert_exact, naive_nll
 from tests.test_conversations import CONVERSATIONS, naive_conversation_ifd

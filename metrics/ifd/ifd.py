@@ -54,6 +54,8 @@ Args:
     dtype (str): "float32" (default on CPU), "bfloat16" (default on CUDA, approximate) or "float16".
     device (str): anything torch accepts ("cpu", "cuda", "cuda:1"). Defaults to accelerate's device.
     model, tokenizer: an already loaded model and tokenizer, used instead of `model_id`.
+    backend (optional): a `hf_adapters.LikelihoodBackend` that computes the likelihoods (or the name of
+        a registered one), instead of `model_id` or `model` and `tokenizer`.
     messages (list of conversations, optional): instead of the three columns, conversations as lists
         of {"role", "content"} turns (roles system, user, assistant; ShareGPT {"from", "value"} turns
         with human and gpt work too). Each assistant turn is scored after its history, rendered by the

@@ -36,6 +36,8 @@ Args:
     dtype (str): "float32" (default on CPU), "bfloat16" (default on CUDA, approximate) or "float16".
     device (str): anything torch accepts ("cpu", "cuda", "cuda:1"). Defaults to accelerate's device.
     model, tokenizer: an already loaded model and tokenizer, used instead of `model_id`.
+    backend (optional): a `hf_adapters.LikelihoodBackend` that computes the likelihoods (or the name of
+        a registered one), instead of `model_id` or `model` and `tokenizer`.
 Returns:
     scores (list of float): per pair, NLL(reference) / NLL(prediction); NaN if either text is empty.
     information_parity (float): the mean of the valid per-pair scores.

@@ -53,6 +53,8 @@ Args:
         `byte_perplexity`, `bits_per_byte`, and per text `nlls` and `token_counts`.
     dtype (str): "float32" (default on CPU), "bfloat16" (default on CUDA, approximate) or "float16".
     model, tokenizer: an already loaded model and tokenizer (e.g. a PEFT model), used instead of `model_id`.
+    backend (optional): a `hf_adapters.LikelihoodBackend` that computes the likelihoods (or the name of
+        a registered one), instead of `model_id` or `model` and `tokenizer`.
 Returns:
     perplexities (list of float): one per text.
     mean_perplexity (float): the mean of the per-text perplexities (over texts that have a score).
