@@ -8,9 +8,10 @@ import hashlib
 import io
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from datasets import Dataset, DatasetDict, load_dataset, load_from_disk
+if TYPE_CHECKING:  # datasets is imported where rows are read: the command line's --help does without it
+    from datasets import Dataset
 
 #: File suffix -> datasets loader.
 LOADERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
@@ -28,6 +29,8 @@ def read_rows(path: str | Path) -> Dataset:
         >>> rows[0]["id"]  # doctest: +SKIP
         ''
     """
+    from datasets import load_dataset
+
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"Data file {str(path)!r} does not exist.")
@@ -76,6 +79,8 @@ def _reason(path: Path, loader: str, error: Exception) -> str:
 
 
 def _load_saved(path: Path) -> Dataset:
+    from datasets import DatasetDict, load_from_disk
+
     try:
         saved = load_from_disk(str(path))
     except FileNotFoundError as error:

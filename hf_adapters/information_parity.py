@@ -8,8 +8,10 @@ model spends as many bits on the language as on the reference; below 1, more.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -67,6 +69,11 @@ class InformationParityOptions(OptionSpec):
         return {"max_length": self.max_length}
 
 
+#: Most text scores kept for reuse across calls (the references of a per-language loop).
+TEXT_SCORE_CACHE_SIZE = 100_000
+_text_scores: OrderedDict[tuple[str, int | None, str], ContinuationScore] = OrderedDict()
+
+
 def score_texts(
     backend: LikelihoodBackend,
     texts: Sequence[str],
@@ -75,13 +82,30 @@ def score_texts(
     batch_size: int | None = None,
     progress: bool | None = None,
 ) -> dict[str, ContinuationScore]:
-    """Total NLL of each distinct text, every token scored after the start token, in one backend call."""
-    distinct = list(dict.fromkeys(texts))
+    """Total NLL of each distinct text, every token scored after the start token, in one backend call.
+
+    Scores are kept for later calls in this process, keyed by the backend's identity, ``max_length``
+    and the text (at most ``TEXT_SCORE_CACHE_SIZE``, the least recently used dropped first), so the
+    English references of a loop over languages are scored once; a backend without an identity (a
+    model object) is not cached.
+    """
+    identity = backend.identity()
+    scope = None if identity is None else json.dumps(identity, sort_keys=True, default=str)
+    keys = {text: (scope, options.max_length, text) for text in dict.fromkeys(texts)}
+    known = {text: _text_scores[key] for text, key in keys.items() if scope is not None and key in _text_scores}
+    distinct = [text for text in keys if text not in known]
     scores = backend.score(text_items(backend.tokenizer, distinct), max_length=options.max_length,
-                           batch_size=batch_size, progress=progress, desc="Information parity")
+                           batch_size=batch_size, progress=progress, desc="Information parity") if distinct else []
     if truncated := sum(score.truncated for score in scores):
         logger.warning("%d text(s) were longer than max_length and were truncated.", truncated)
-    return dict(zip(distinct, scores, strict=True))
+    result = {**known, **dict(zip(distinct, scores, strict=True))}
+    if scope is not None:
+        for text, score in result.items():
+            _text_scores[keys[text]] = score
+            _text_scores.move_to_end(keys[text])
+        while len(_text_scores) > TEXT_SCORE_CACHE_SIZE:
+            _text_scores.popitem(last=False)
+    return result
 
 
 def _ratio(numerator: float, denominator: float) -> float:

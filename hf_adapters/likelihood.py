@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
-
-import numpy as np
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -24,6 +23,13 @@ logger = logging.getLogger(__name__)
 
 #: An item of the core: (context token ids, continuation token ids).
 Item = tuple[Sequence[int], Sequence[int]]
+#: The largest x whose exp(x) is a finite float.
+_LARGEST_EXPONENT = math.log(sys.float_info.max)
+
+
+def exp_or_inf(x: float) -> float:
+    """exp(x), inf past the float range instead of an OverflowError (NaN stays NaN)."""
+    return math.inf if x > _LARGEST_EXPONENT else math.exp(x)
 
 
 @dataclass(frozen=True)
@@ -50,7 +56,7 @@ class ContinuationScore:
     @property
     def perplexity(self) -> float:
         """exp of the mean NLL: NaN when nothing was scored, inf rather than an error past float range."""
-        return float(np.exp(self.mean_nll))
+        return exp_or_inf(self.mean_nll)
 
 
 def combined(scores: Sequence[ContinuationScore]) -> ContinuationScore:

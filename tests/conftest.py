@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import math
 import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+from hf_adapters import information_parity
 from hf_adapters import models as hf_models
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
@@ -66,6 +68,12 @@ def tokenizer() -> PreTrainedTokenizerFast:
 @pytest.fixture(scope="session")
 def model(tokenizer) -> LlamaForCausalLM:
     return build_model(len(tokenizer))
+
+
+@pytest.fixture(autouse=True)
+def fresh_text_score_cache(monkeypatch):
+    """Each test starts with no text scores kept from another (whose model may have been a stand-in)."""
+    monkeypatch.setattr(information_parity, "_text_scores", OrderedDict())
 
 
 @pytest.fixture

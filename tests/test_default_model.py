@@ -67,3 +67,26 @@ def test_default_model_loads_without_retrying_a_hub_that_cannot_be_reached(unrea
     # The reachability check, and huggingface_hub's one-off user-agent lookup: its retries of a model
     # file would add one attempt each (19 in all when measured).
     assert len(unreachable_hub) <= 3
+
+
+def test_a_gguf_is_dequantized_once_and_later_loads_read_the_float32_copy(monkeypatch, tmp_path):
+    import torch
+
+    from hf_adapters import models
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv(models.CACHE_ENV, str(tmp_path))
+    folder = models.dequantized_folder(embedded_default_source())
+    assert folder.parent == tmp_path / "dequantized" and not folder.exists()
+    models.clear_model_cache(DEFAULT_MODEL_ID)
+    dequantized, tokenizer = load_model(DEFAULT_MODEL_ID)
+    assert (folder / "model.safetensors").is_file() and (folder / "chat_template.jinja").is_file()
+    models.clear_model_cache(DEFAULT_MODEL_ID)
+    cached, cached_tokenizer = load_model(DEFAULT_MODEL_ID)
+    assert cached is not dequantized
+    text = "<|im_start|>user\nWhat is 2+2?<|im_end|>\n短い文です。 🦊"
+    ids = tokenizer(text).input_ids
+    assert cached_tokenizer(text).input_ids == ids and cached_tokenizer.chat_template == tokenizer.chat_template
+    with torch.no_grad():
+        assert torch.equal(cached(torch.tensor([ids])).logits, dequantized(torch.tensor([ids])).logits)
+    models.clear_model_cache(DEFAULT_MODEL_ID)

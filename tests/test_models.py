@@ -263,3 +263,19 @@ def test_a_proxy_counts_as_a_reachable_hub_without_connecting(unreachable_hub, m
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy.invalid:3128")
     assert models.hub_reachable()
     assert unreachable_hub == []
+
+
+def test_the_cache_folder_follows_its_variable_then_xdg(monkeypatch, tmp_path):
+    monkeypatch.delenv(models.CACHE_ENV, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert models.cache_folder() == tmp_path / "xdg" / "hf_adapters"
+    monkeypatch.setenv(models.CACHE_ENV, str(tmp_path / "mine"))
+    assert models.cache_folder() == tmp_path / "mine"
+
+
+def test_a_dequantized_copy_that_cannot_be_written_costs_only_speed(model, tokenizer, tmp_path, caplog):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    with caplog.at_level("INFO"):
+        models._save_dequantized(model, tokenizer, blocker / "copy")
+    assert "Could not keep the de-quantized weights" in caplog.text and not (blocker / "copy").exists()

@@ -234,3 +234,22 @@ def test_missing_references_and_invalid_unicode_are_errors_naming_them(model, to
         compute_information_parity(["a"], None, model=model, tokenizer=tokenizer)
     with pytest.raises(ValueError, match=r"`predictions`\[1\] is not valid Unicode"):
         compute_information_parity(["fine", "bad \ud800 text"], ["a", "b"], model=model, tokenizer=tokenizer)
+
+
+def test_a_per_language_loop_scores_the_shared_references_once(load_calls, monkeypatch):
+    scored = []
+    original = TransformersBackend.score
+
+    def counting(backend, items, **kwargs):
+        scored.extend(items)
+        return original(backend, items, **kwargs)
+
+    monkeypatch.setattr(TransformersBackend, "score", counting)
+    monkeypatch.setattr(TransformersBackend, "identify", classmethod(lambda cls, model_id, **kw: {"model": model_id}))
+    first = compute_information_parity(PREDICTIONS[:2], REFERENCES[:2], model_id="tiny-a")
+    assert len(scored) == 4
+    second = compute_information_parity(PREDICTIONS[2:], REFERENCES[:2], model_id="tiny-a")
+    assert len(scored) == 6  # only the two new predictions: the references come from the first call
+    fresh = compute_information_parity(PREDICTIONS[2:], REFERENCES[:2], model_id="tiny-b")
+    assert len(scored) == 10  # another model's identity shares nothing
+    assert second["scores"] == fresh["scores"] and first["scores"] != second["scores"]

@@ -15,9 +15,7 @@ from pathlib import Path
 from ..data_io import read_records
 from ..ifeval import demo_rows
 from ..json_values import json_safe
-from ..models import DEFAULT_MODEL_ID, load_model
-from ..parallel_corpus import evaluate_parallel, parallel_sample_rows
-from ..scorers import IFDScorer, IFEvalScorer, PPLScorer
+from .arguments import add_model_arguments, add_progress_argument, hide_library_progress
 from .parity_command import format_table as parity_table
 from .tables import format_number, format_table
 
@@ -35,9 +33,11 @@ def _write_jsonl(records: list[dict], path: Path) -> None:
             handle.write(json.dumps(json_safe(record), ensure_ascii=False) + "\n")
 
 
-def _instruction_scores(rows: list[dict], model, tokenizer) -> list[dict]:
-    ppl = PPLScorer(model=model, tokenizer=tokenizer, progress=None).result_of_rows(rows)
-    ifd = IFDScorer(model=model, tokenizer=tokenizer, progress=None).result_of_rows(rows)
+def _instruction_scores(rows: list[dict], backend, batch_size: int) -> list[dict]:
+    from ..scorers import IFDScorer, PPLScorer
+
+    ppl = PPLScorer(backend=backend, batch_size=batch_size, progress=None).result_of_rows(rows)
+    ifd = IFDScorer(backend=backend, batch_size=batch_size, progress=None).result_of_rows(rows)
     records = [
         {"id": row["id"], "perplexity": p, "ifd": i, "ppl_conditional": c, "ppl_direct": d}
         for row, p, i, c, d in zip(
@@ -58,13 +58,17 @@ def _instruction_scores(rows: list[dict], model, tokenizer) -> list[dict]:
     return records
 
 
-def _information_parity(model, tokenizer) -> None:
-    result = evaluate_parallel(parallel_sample_rows(), "eng_Latn", model=model, tokenizer=tokenizer)
+def _information_parity(backend, batch_size: int) -> None:
+    from ..parallel_corpus import evaluate_parallel, parallel_sample_rows
+
+    result = evaluate_parallel(parallel_sample_rows(), "eng_Latn", backend=backend, batch_size=batch_size)
     print("\nInformation Parity of the bundled parallel sentences against English:")
     print(parity_table(result))
 
 
 def _ifeval() -> None:
+    from ..scorers import IFEvalScorer
+
     print("\nIFEval on a few hand-written responses:")
     rows = demo_rows()
     scorer = IFEvalScorer()
@@ -78,12 +82,17 @@ def _ifeval() -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..backends import TransformersBackend
+
     start = time.perf_counter()
+    if not args.progress:
+        hide_library_progress()
     rows = sample_rows()
-    model, tokenizer = load_model(args.model, dtype=args.dtype)
+    backend = TransformersBackend.from_pretrained(args.model, dtype=args.dtype, device=args.device)
+    model = backend.model
     print(f"Model: {args.model} ({type(model).__name__}, {model.num_parameters() / 1e6:.0f}M parameters)\n")
-    records = _instruction_scores(rows, model, tokenizer)
-    _information_parity(model, tokenizer)
+    records = _instruction_scores(rows, backend, args.batch_size)
+    _information_parity(backend, args.batch_size)
     _ifeval()
     output = Path(args.output)
     _write_jsonl(records, output)
@@ -92,8 +101,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("demo", help="Score the bundled sample data and print the results.")
-    parser.add_argument("--model", default=DEFAULT_MODEL_ID, help="model id, local directory or .gguf file")
-    parser.add_argument("--dtype", default=None, help="float32 (CPU default) or bfloat16")
-    parser.add_argument("--output", default="out/demo_scores.jsonl", help="where to write the scores (JSONL)")
+    parser = subparsers.add_parser(
+        "demo", help="Score the bundled sample data and print the results.",
+        description="Score the ~20 instruction rows shipped with the package (perplexity and IFD), a few parallel "
+        "sentences (Information Parity) and a few hand-written responses (IFEval), with one model load.",
+    )
+    add_model_arguments(parser)
+    parser.add_argument("--output", default="out/demo_scores.jsonl",
+                        help="where to write the per-row scores (JSONL; default: out/demo_scores.jsonl)")
+    add_progress_argument(parser)
     parser.set_defaults(run=run)

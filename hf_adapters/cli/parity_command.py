@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..data_io import read_records
 from ..json_values import json_safe
-from ..models import DEFAULT_MODEL_ID
-from ..options import DEFAULT_BATCH_SIZE
-from ..parallel_corpus import evaluate_parallel, hub_rows
+from .arguments import add_model_arguments, add_progress_argument, hide_library_progress, positive_int
 from .tables import format_table as text_table
 
 #: Per-language statistics, in table order, with the table's column headers.
@@ -69,13 +67,23 @@ def plot_parity(result: Mapping[str, Any], path: str | Path) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..data_io import read_records
+    from ..models import ModelLoadError
+    from ..parallel_corpus import evaluate_parallel, hub_rows
+
     if (args.data is None) == (args.hub is None):
         raise SystemExit("parity: give exactly one of --data FILE or --hub DATASET")
-    rows = read_records(args.data) if args.data else hub_rows(args.hub, args.hub_config, args.split)
-    result = evaluate_parallel(
-        rows, args.reference, languages=args.languages, model_id=args.model, batch_size=args.batch_size,
-        max_length=args.max_length, dtype=args.dtype, device=args.device,
-    )
+    if not args.progress:
+        hide_library_progress()
+    try:
+        rows = read_records(args.data) if args.data else hub_rows(args.hub, args.hub_config, args.split)
+        result = evaluate_parallel(
+            rows, args.reference, languages=args.languages, model_id=args.model, batch_size=args.batch_size,
+            max_length=args.max_length, dtype=args.dtype, device=args.device, progress=None if args.progress else False,
+        )
+    except (OSError, ValueError, ModelLoadError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     print(f"Information parity against {args.reference}, model {args.model}")
     print(format_table(result))
     if args.output:
@@ -100,11 +108,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     source.add_argument("--split", default="dev", help="the hub data set's split (default: dev)")
     parser.add_argument("--reference", default="eng_Latn", help="the reference language (default: eng_Latn)")
     parser.add_argument("--languages", nargs="+", help="only these languages under test (default: all)")
-    parser.add_argument("--model", default=DEFAULT_MODEL_ID, help=f"model id or path (default: {DEFAULT_MODEL_ID})")
-    parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE)
-    parser.add_argument("--max-length", type=int, default=None)
-    parser.add_argument("--dtype", default=None, help="float32 (CPU default), bfloat16 or float16")
-    parser.add_argument("--device", default=None)
+    parser.add_argument("--max-length", type=positive_int, default=None,
+                        help="cut each text to this many tokens (default: the model's position limit)")
+    add_model_arguments(parser)
+    add_progress_argument(parser)
     parser.add_argument("--output", help="write per-language statistics and per-pair scores as JSON here")
     parser.add_argument("--plot", help="draw a bar chart of parity per language here (PNG, SVG, PDF)")
     parser.set_defaults(run=run)

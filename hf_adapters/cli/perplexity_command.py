@@ -7,32 +7,41 @@ import math
 import sys
 from pathlib import Path
 
-from ..models import DEFAULT_MODEL_ID, ModelLoadError
-from ..options import DEFAULT_BATCH_SIZE, DEFAULT_MAX_LENGTH
-from ..scorers import PerplexityScorer
-from ..scorers.base import ConfigError
+from ..options import DEFAULT_MAX_LENGTH
+from .arguments import add_model_arguments, add_progress_argument, hide_library_progress, positive_int
 from .tables import format_table
 
 
 def read_documents(paths: list[str]) -> list[str]:
-    """Each file's text as one document; ``-`` reads standard input."""
+    """Each file's text as one document, its bytes as they are (line endings included); ``-`` reads
+    standard input. A file that is not UTF-8 is a ValueError naming it and the first bad byte."""
     texts = []
     for path in paths:
+        name = "standard input" if path == "-" else path
         try:
-            texts.append(sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError) as error:
-            raise ValueError(f"Cannot read {path}: {error}") from None
+            data = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
+            texts.append(data.decode("utf-8"))
+        except OSError as error:
+            raise ValueError(f"Cannot read {name}: {error.strerror or error}") from None
+        except UnicodeDecodeError as error:
+            raise ValueError(f"{name} is not UTF-8 text: byte {error.start} is {data[error.start]:#04x}.") from None
     return texts
 
 
 def run(args: argparse.Namespace) -> int:
-    args.stride = args.stride or args.max_length
+    from ..models import ModelLoadError
+    from ..scorers import PerplexityScorer
+
+    if not args.progress:
+        hide_library_progress()
+    stride = args.stride or args.max_length
     try:
         texts = read_documents(args.files)
-        scorer = PerplexityScorer(model=args.model, max_length=args.max_length, stride=args.stride,
-                                  batch_size=args.batch_size, dtype=args.dtype, progress=not args.no_progress)
+        scorer = PerplexityScorer(model=args.model, max_length=args.max_length, stride=stride,
+                                  batch_size=args.batch_size, dtype=args.dtype, device=args.device,
+                                  progress=args.progress)
         result = scorer.result({"text": texts})
-    except (ValueError, ConfigError, ModelLoadError) as error:
+    except (ValueError, ModelLoadError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     rows = []
@@ -42,11 +51,13 @@ def run(args: argparse.Namespace) -> int:
         rows.append([path, size, tokens, perplexity, nll / size / math.log(2) if tokens else math.nan])
     print(format_table(["file", "bytes", "tokens", "perplexity", "bits per byte"], rows))
     print(f"\nAll {len(texts)} document(s), model {args.model}, windows of {args.max_length} tokens, "
-          f"stride {args.stride}:")
+          f"stride {stride}:")
     print(format_table(["token perplexity", "word perplexity", "byte perplexity", "bits per byte"],
                        [[result["corpus_perplexity"], result["word_perplexity"], result["byte_perplexity"],
                          result["bits_per_byte"]]]))
-    return 0
+    if empty := [path for path, tokens in zip(args.files, result["token_counts"], strict=True) if not tokens]:
+        print(f"\n{len(empty)} file(s) had no text to score: {', '.join(empty)}", file=sys.stderr)
+    return 1 if len(empty) == len(texts) else 0
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -54,15 +65,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "perplexity", help="Perplexity and bits per byte of whole text files, every token scored in rolling windows.",
         description="Score every token of each plain-text file (one document per file; - for standard input) in "
         "lm-evaluation-harness's rolling windows, and print per-file perplexity and bits per byte, then the word "
-        "perplexity, byte perplexity and bits per byte of all files together.",
+        "perplexity, byte perplexity and bits per byte of all files together. The files are scored as their bytes "
+        "are (UTF-8, line endings kept). Exits 1 when no file had any text to score.",
     )
     parser.add_argument("files", nargs="+", metavar="FILE", help="plain-text files, one document each; - for stdin")
-    parser.add_argument("--stride", type=int, default=None,
+    parser.add_argument("--stride", type=positive_int, default=None,
                         help="new tokens predicted per window (default: --max-length, lm-eval's disjoint windows)")
-    parser.add_argument("--max-length", type=int, default=DEFAULT_MAX_LENGTH,
-                        help=f"most tokens the model reads per window (default: {DEFAULT_MAX_LENGTH})")
-    parser.add_argument("--model", default=DEFAULT_MODEL_ID, help=f"model id or path (default: {DEFAULT_MODEL_ID})")
-    parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE)
-    parser.add_argument("--dtype", default=None, help="float32 (CPU default), bfloat16 or float16")
-    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar over tokens")
+    parser.add_argument("--max-length", type=positive_int, default=DEFAULT_MAX_LENGTH,
+                        help=f"most tokens the model reads per window, capped at the model's position limit "
+                        f"(default: {DEFAULT_MAX_LENGTH})")
+    add_model_arguments(parser)
+    add_progress_argument(parser)
     parser.set_defaults(run=run)

@@ -10,19 +10,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from accelerate import PartialState
-
-from ..data_io import LOADERS, data_fingerprint, read_rows
-from ..jobs import check_output_path, run_scoring_job
-from ..models import ModelLoadError
-from ..scorers import build_scorer, load_config
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+from ..data_io import LOADERS
+from .arguments import add_model_arguments, add_progress_argument, hide_library_progress
 
 
 def add_parser(subparsers) -> None:
@@ -35,25 +24,33 @@ def add_parser(subparsers) -> None:
     )
     parser.add_argument("config", help="YAML scorer config, e.g. `name: PPLScorer` plus that scorer's keys")
     parser.add_argument("--data", required=True,
-                        help=f"rows with id/instruction/input/output: {', '.join(sorted(LOADERS))} "
+                        help=f"the rows, with the columns the config's scorer reads (instruction/input/output, text, "
+                        f"messages, prediction/reference, response...; `id` optional): {', '.join(sorted(LOADERS))} "
                         "or a save_to_disk directory")
     parser.add_argument("--output", required=True, help="JSONL file to write; appears only when complete")
-    parser.add_argument("--batch-size", type=_positive_int, help="rows per batch (overrides the config)")
-    parser.add_argument("--model", help="model id, local directory or .gguf file (overrides the config)")
-    parser.add_argument("--dtype", help="float32 (exact; CPU default) or bfloat16 (approximate; GPU default; "
-                                        "fast only on GPUs and on CPUs with native bfloat16)")
+    add_model_arguments(parser, overrides=True, device=False)
     parser.add_argument("--overwrite", action="store_true",
                         help="discard partial results of a different job instead of refusing to mix with them")
-    parser.add_argument("--no-progress", dest="progress", action="store_false", help="hide the progress bar")
+    add_progress_argument(parser)
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from accelerate import PartialState
+
+    from ..data_io import data_fingerprint, read_rows
+    from ..jobs import run_scoring_job
+    from ..models import ModelLoadError
+    from ..output_paths import check_output_path
+    from ..scorers import build_scorer, load_config
+
+    if not args.progress:
+        hide_library_progress()
     state = PartialState()
     try:
         check_output_path(args.output, args.data if Path(args.data).exists() else None)
         scorer = build_scorer(load_config(args.config), model=args.model, batch_size=args.batch_size,
-                             dtype=args.dtype)
+                              dtype=args.dtype)
         with state.local_main_process_first():  # one process per node fills datasets' cache
             dataset = read_rows(args.data)
         fingerprint = data_fingerprint(args.data) if state.is_main_process else None

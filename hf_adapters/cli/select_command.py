@@ -8,7 +8,7 @@ import sys
 
 from ..conventions import SELECTION_CONVENTIONS, describe
 from ..data_io import LOADERS, read_records, read_rows
-from ..jobs import check_output_path
+from ..output_paths import check_output_path
 from ..selection import selection_indices
 
 

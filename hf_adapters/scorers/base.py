@@ -307,11 +307,15 @@ def build_scorer(config: Mapping[str, Any], **overrides: Any) -> RowScorer:
 
 def load_config(path: str | Path) -> dict[str, Any]:
     """Read a seed-style YAML config: a mapping with ``name`` and that scorer's keys."""
-    with open(path, encoding="utf-8") as handle:
-        try:
+    try:
+        with open(path, encoding="utf-8") as handle:
             config = yaml.safe_load(handle)
-        except yaml.YAMLError as error:
-            raise ConfigError(f"{path} is not valid YAML: {' '.join(str(error).split())}") from None
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{path} is not valid YAML: {' '.join(str(error).split())}") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path} is a folder; a config is a YAML file.") from None
+    except FileNotFoundError:
+        raise ConfigError(f"The config {path} does not exist.") from None
     if not isinstance(config, dict) or "name" not in config:
         raise ConfigError(f"{path}: a config is a YAML mapping with a `name` key; valid names: {sorted(SCORERS)}")
     return config

@@ -1,0 +1,53 @@
+"""The arguments several subcommands share, declared once: the same names, choices and help everywhere.
+
+Importing this module (and building the parser) imports neither torch nor transformers, so that
+``--help`` and argument errors answer at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ..options import DEFAULT_BATCH_SIZE, DEFAULT_MODEL_ID, DTYPES
+
+
+def positive_int(text: str) -> int:
+    """An argument that must be a whole number of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def add_model_arguments(parser: argparse.ArgumentParser, *, overrides: bool = False, device: bool = True) -> None:
+    """``--model``, ``--dtype``, ``--batch-size`` (and ``--device``); with ``overrides`` they default
+    to the config's values and say so."""
+    of_config = " (overrides the config)" if overrides else ""
+    parser.add_argument("--model", default=None if overrides else DEFAULT_MODEL_ID,
+                        help=f"model id, local folder or .gguf file{of_config}"
+                        + ("" if overrides else f" (default: {DEFAULT_MODEL_ID}, a Q4_1 GGUF embedded offline)"))
+    parser.add_argument("--dtype", choices=DTYPES, default=None,
+                        help="float32 (exact; the CPU default), bfloat16 (approximate; the GPU default) or float16"
+                        + of_config)
+    parser.add_argument("--batch-size", type=positive_int, default=None if overrides else DEFAULT_BATCH_SIZE,
+                        help="rows per forward pass; scores do not depend on it"
+                        + (of_config or f" (default: {DEFAULT_BATCH_SIZE})"))
+    if device:
+        parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: accelerate's device)")
+
+
+def add_progress_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--no-progress", dest="progress", action="store_false",
+                        help="hide the progress bars, the model's loading bars included")
+
+
+def hide_library_progress() -> None:
+    """Turn off the progress bars of transformers (loading a model) and datasets (reading data)."""
+    import datasets
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()
+    datasets.disable_progress_bars()
