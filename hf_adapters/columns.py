@@ -19,7 +19,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from datasets import Dataset, DatasetDict, Value
+from datasets import Dataset, DatasetDict
 from datasets.fingerprint import Hasher, generate_random_fingerprint
 
 from .backends import BackendOptions
@@ -67,6 +67,21 @@ def result_fingerprint(ds: Dataset, scorer: RowScorer, names: Mapping[str, str])
     return Hasher.hash([*parts, identity])
 
 
+def output_names(scorer: RowScorer, names: Mapping[str, str] | None) -> dict[str, str]:
+    """The column each of the scorer's outputs goes to (``names``: output -> column, default its own
+    name); a ValueError if two outputs share a column or one would replace a column the scorer reads."""
+    names = {output: (names or {}).get(output, output) for output in scorer.outputs}
+    columns = list(names.values())
+    if shared := sorted({column for column in columns if columns.count(column) > 1}):
+        raise ValueError(f"Two outputs would go to the column(s) {shared}: "
+                         f"{ {output: column for output, column in names.items() if column in shared} }; "
+                         "give each its own name.")
+    if read := sorted(set(columns) & set(scorer.source_columns)):
+        raise ValueError(f"The output column(s) {read} would replace the input the scores are computed from; "
+                         "choose other names.")
+    return names
+
+
 def add_score_columns(
     ds: Dataset | DatasetDict,
     scorer: RowScorer,
@@ -90,18 +105,21 @@ def add_score_columns(
         >>> list(add_score_columns(ds, IFEvalScorer(), names={"prompt_strict": "ok"})["ok"])
         [True]
     """
-    names = {output: (names or {}).get(output, output) for output in scorer.outputs}
+    names = output_names(scorer, names)
     scorer.use_columns(ds.column_names if isinstance(ds, Dataset) else next(iter(ds.values())).column_names)
     if isinstance(ds, DatasetDict):
         return DatasetDict({split: add_score_columns(part, scorer, names=names, desc=desc, **map_kwargs)
                             for split, part in ds.items()})
     check_columns(ds, scorer.source_columns)
+    features = ds.features.copy()
+    features.update({names[output]: feature for output, feature in scorer.output_features().items()})
     if ds.num_rows == 0:  # map calls the scorer on no batch: add its columns, empty
         ds = ds.remove_columns([column for column in names.values() if column in ds.column_names])
         for column in names.values():
-            ds = ds.add_column(column, [], feature=Value("float64"))
+            ds = ds.add_column(column, [], feature=features[column])
         return ds
-    kwargs = {"desc": desc or scorer.name, **map_kwargs}
+    # The output types are declared, not taken from the first batch (whose lists may all be empty).
+    kwargs = {"desc": desc or scorer.name, "features": features, **map_kwargs}
     if (kwargs.get("num_proc") or 1) > 1:
         logger.warning("num_proc=%s is ignored: model columns are scored in this process, in batches (forked copies "
                        "of a process that has run torch can deadlock).", kwargs["num_proc"])

@@ -49,18 +49,13 @@ def check_messages(conversation: Any) -> list[dict[str, str]]:
     return messages
 
 
-def check_conversations(conversations: Any, name: str = "messages") -> list[list[dict[str, str]]]:
-    """A list of conversations as messages; an error names the first bad one by its index."""
-    if conversations is None or isinstance(conversations, (str, Mapping)):
+def check_conversation_list(conversations: Any, name: str = "messages") -> list:
+    """``conversations`` as a list, if it is a list of conversations at all; each conversation is
+    checked where it is scored (a bad one gets NaN and a warning naming it in a batch)."""
+    if conversations is None or isinstance(conversations, (str, Mapping)) or not isinstance(conversations, Sequence):
         raise TypeError(f"`{name}` must be a list of conversations (each a list of turns), got "
                         f"{type(conversations).__name__}.")
-    checked = []
-    for row, conversation in enumerate(conversations):
-        try:
-            checked.append(check_messages(conversation))
-        except ConversationError as error:
-            raise ConversationError(f"`{name}`[{row}]: {error}") from None
-    return checked
+    return list(conversations)
 
 
 def to_messages(row: Mapping[str, Any]) -> list[dict[str, str]]:

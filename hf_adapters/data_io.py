@@ -21,7 +21,8 @@ def read_rows(path: str | Path) -> Dataset:
     """Load a JSONL, JSON (lines or a list of records), CSV or Parquet file, or a ``save_to_disk``
     directory, as a ``datasets.Dataset`` in file order. Rows without an ``id`` get ``""``.
 
-    Empty CSV cells stay empty strings (not nulls), so an empty ``input`` is still an input.
+    CSV cells are read as the strings they are (an id ``001`` stays ``"001"``, an output ``42``
+    stays ``"42"``); empty ones stay empty strings (not nulls), so an empty ``input`` is still an input.
 
     Example:
         >>> from hf_adapters.data_io import read_rows
@@ -45,12 +46,21 @@ def read_rows(path: str | Path) -> Dataset:
             )
         if _is_blank(path):
             raise ValueError(f"Cannot read {str(path)!r}: the file is empty.")
-        options = {"keep_default_na": False} if loader == "csv" else {}
+        options = _csv_options(path) if loader == "csv" else {}
         try:
             dataset = load_dataset(loader, data_files=str(path), split="train", **options)
         except Exception as error:  # datasets wraps parse errors in several types
             raise ValueError(f"Cannot read {str(path)!r} as {loader}: {_reason(path, loader, error)}") from error
     return _with_ids(dataset.with_format(None))
+
+
+def _csv_options(path: Path) -> dict[str, Any]:
+    """A CSV holds text: every cell a string as written (ids 001 and 1e3 stay so), an empty cell ""."""
+    from datasets import Features, Value
+
+    with open(path, encoding="utf-8-sig", newline="") as handle:
+        header = next(csv.reader(handle), [])
+    return {"keep_default_na": False, "features": Features({name: Value("string") for name in header})}
 
 
 def _is_blank(path: Path) -> bool:

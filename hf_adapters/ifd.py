@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import math
+import string
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -75,15 +76,19 @@ def check_ifd_inputs(
     return [value or "" for value in inputs] if inputs is not None else [""] * len(instructions)
 
 
-def _check_fields(name: str, template: Any, fields: dict[str, str]) -> None:
-    """Raise a ValueError unless ``template`` is a string that formats with exactly ``fields``' names."""
+def _check_fields(name: str, template: Any, fields: tuple[str, ...]) -> None:
+    """Raise a ValueError unless ``template`` is a string that holds each of ``fields`` and no other."""
     if not isinstance(template, str):
         raise ValueError(f"`{name}` must be a string, got {template!r}.")
     only = " and ".join(f"{{{field}}}" for field in fields)
     try:
-        template.format(**fields)
+        used = {field for _, field, _, _ in string.Formatter().parse(template) if field is not None}
+        template.format(**dict.fromkeys(fields, ""))
     except (KeyError, IndexError, ValueError) as error:
         raise ValueError(f"`{name}` must use only {only}: {error!r}") from None
+    if missing := [field for field in fields if field not in used]:
+        raise ValueError(f"`{name}` must use {only}: without {{{missing[0]}}} every row's {missing[0]} would be "
+                         "left out of the prompt.")
 
 
 @dataclass(frozen=True)
@@ -127,9 +132,9 @@ class IFDOptions(OptionSpec):
             check_choice("mode", self.mode, MODES)
         check_choice("direction", self.direction, DIRECTIONS)
         if self.prompt_template != CHAT_TEMPLATE:
-            _check_fields("template", self.prompt_template, {"instruction": "", "input": ""})
-            _check_fields("template_no_input", self.prompt_template_no_input, {"instruction": ""})
-        _check_fields("reverse_template", self.reverse_template, {"output": ""})
+            _check_fields("template", self.prompt_template, ("instruction", "input"))
+            _check_fields("template_no_input", self.prompt_template_no_input, ("instruction",))
+        _check_fields("reverse_template", self.reverse_template, ("output",))
         check_max_length(self.max_length)
         if self.turns is not None:
             check_choice("turns", self.turns, TURNS)
@@ -198,18 +203,21 @@ def prompt_text(
 
 
 def fit_pairs(
-    contexts: Sequence[list[int]], answers: Sequence[list[int]], labels: Sequence[str], max_length: int | None
+    contexts: Sequence[list[int]], answers: Sequence[list[int]], labels: Sequence[str], max_length: int | None,
+    empty: Sequence[str] | None = None,
 ) -> tuple[list[tuple[list[int], list[int]] | None], int]:
     """Per (context ids, answer ids) pair, the pair with the answer cut so that both fit
-    ``max_length``, or None when there is nothing to score (a warning names it by its label); and
-    the number of cut answers."""
+    ``max_length``, or None when there is nothing to score (a warning names it by its label and,
+    for an empty answer, by what of the row is empty: ``empty``, default ``"output"``); and the
+    number of cut answers."""
     items: list[tuple[list[int], list[int]] | None] = []
     truncated = 0
-    for label, context, answer in zip(labels, contexts, answers, strict=True):
+    empty = ["output"] * len(answers) if empty is None else empty
+    for label, context, answer, what in zip(labels, contexts, answers, empty, strict=True):
         # An empty context becomes the one start token in the core.
         room = None if max_length is None else max_length - max(len(context), 1)
         if not answer:
-            logger.warning("%s has an empty output; its IFD is NaN.", label)
+            logger.warning("%s has an empty %s; its IFD is NaN.", label, what)
             items.append(None)
         elif room is not None and room <= 0:
             logger.warning("%s: the prompt (%d tokens) fills max_length=%d; its IFD is NaN.",
@@ -269,7 +277,8 @@ def reverse_items(
     answers = [ids if output else [] for ids, output in
                zip(tokenizer(questions, add_special_tokens=False).input_ids, outputs, strict=True)]
     labels = [f"Row {row}" for row in range(first_row, first_row + len(answers))]
-    return fit_pairs(contexts, answers, labels, max_length)
+    empty = ["output" if not output else "instruction" for output in outputs]
+    return fit_pairs(contexts, answers, labels, max_length, empty)
 
 
 def ifd_ratio(conditional: ContinuationScore, direct: ContinuationScore, mode: str = "ppl_ratio") -> float:

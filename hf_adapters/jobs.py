@@ -35,7 +35,7 @@ from datasets import Dataset
 from tqdm.auto import tqdm
 
 from .columns import add_score_columns
-from .json_values import json_safe
+from .json_values import json_safe, to_json_value
 from .options import DEFAULT_BATCH_SIZE
 from .output_paths import check_output_path
 from .scorers import RowScorer, build_scorer
@@ -287,9 +287,9 @@ def _jsonable(value: Any) -> Any:
     return json.loads(json.dumps(value, sort_keys=True, default=str))
 
 
-def _part_line(index: int, row_id: Any, score: float) -> bytes:
-    record = {"i": index, "id": row_id, "score": json_safe(score)}
-    return (json.dumps(record, ensure_ascii=False, allow_nan=False, default=str) + "\n").encode()
+def _part_line(index: int, id_value: Any, score: float) -> bytes:
+    record = {"i": index, "id": to_json_value(id_value), "score": json_safe(score)}
+    return (json.dumps(record, ensure_ascii=False, allow_nan=False) + "\n").encode()
 
 
 @contextlib.contextmanager

@@ -1,7 +1,9 @@
-"""Values as JSON can hold them: JSON has no NaN or infinity, so a missing score is written as null."""
+"""Values as JSON can hold them: JSON has no NaN or infinity (a missing score is written as null),
+no dates and no bytes."""
 
 from __future__ import annotations
 
+import datetime
 import math
 from typing import Any
 
@@ -20,3 +22,24 @@ def json_safe(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [json_safe(item) for item in value]
     return value
+
+
+def to_json_value(value: Any) -> Any:
+    """A value JSON cannot hold as it is, as JSON holds it: a date or time in ISO format, bytes as
+    their UTF-8 text (else hex), anything else as its string; JSON's own types unchanged. A row's id
+    goes through this both when a score file is written and when it is joined to its data.
+
+    Example:
+        >>> to_json_value(datetime.date(2024, 5, 1)), to_json_value(b"id-7"), to_json_value(7)
+        ('2024-05-01', 'id-7', 7)
+    """
+    if value is None or isinstance(value, (str, int, float, bool, list, dict)):
+        return value
+    if isinstance(value, (datetime.date, datetime.time)):
+        return value.isoformat()
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            return value.hex()
+    return str(value)

@@ -133,8 +133,11 @@ def candidate_sources(model_id: str) -> list[ModelSource]:
     return candidates
 
 
-#: Files besides the weights that change what a local model computes.
-IDENTITY_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json")
+#: Files besides the weights that change what a local model computes: its config, and everything that
+#: changes the tokens (the tokenizer's files, its special tokens and its chat template).
+IDENTITY_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                  "added_tokens.json", "tokenizer.model", "vocab.json", "merges.txt", "chat_template.jinja",
+                  "chat_template.json")
 _EDGE_BYTES = 1 << 20
 
 
@@ -157,7 +160,7 @@ def _local_files(source: ModelSource) -> list[dict[str, Any]] | None:
     if source.on_hub:
         return None
     folder = Path(source.path)
-    if source.gguf_file:
+    if source.gguf_file:  # the file holds its config, tokenizer and chat template
         names = [source.gguf_file]
     else:
         weights = {path.name for pattern in ("*.safetensors", "*.gguf") for path in folder.glob(pattern)}
@@ -197,13 +200,15 @@ def model_identity(
 
     A local model (a folder, a ``.gguf`` file, or the embedded copy of the default model when the hub
     has no commit for it) lists its weight files (``*.safetensors`` and ``*.gguf``, or only the GGUF
-    file it is loaded from) and ``config.json``, ``tokenizer.json``, ``tokenizer_config.json``, each
-    with its size, ``mtime_ns`` and a SHA-256 of its first and last MiB (of the whole file below 2 MiB).
-    So a job killed, whose weights are replaced at the same path (even by a file of the same size, or
-    only touched), does not resume as if nothing had changed; reading 2 MiB per file keeps it cheap
-    (a change confined to the middle of a large file with its mtime kept is not seen). A hub id
-    records its commit (``None`` when unknown); offline it is read from the local cache, never asked
-    of the network. The effective dtype and the device type are recorded too.
+    file it is loaded from, which holds its tokenizer and template) and the files that change what it
+    computes (``config.json`` and every tokenizer, special-token and chat-template file:
+    ``IDENTITY_FILES``), each with its size, ``mtime_ns`` and a SHA-256 of its first and last MiB
+    (of the whole file below 2 MiB). So a job killed, whose weights are replaced at the same path
+    (even by a file of the same size, or only touched), does not resume as if nothing had changed;
+    reading 2 MiB per file keeps it cheap (a change confined to the middle of a large file with its
+    mtime kept is not seen). A hub id records its commit (``None`` when unknown); offline it is read
+    from the local cache, never asked of the network. The effective dtype and the device type are
+    recorded too.
 
     Returns ``{"model", "source", "files" | "revision", "dtype", "device_type"}``, JSON-serialisable,
     e.g. ``{"model": "./tiny", "source": "tiny", "files": [{"name": "model.safetensors", "size": ...,

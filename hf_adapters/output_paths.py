@@ -3,19 +3,29 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 
-def check_output_path(output_path: str | Path, data_path: str | Path | None = None) -> None:
+def check_output_path(output_path: str | Path, inputs: Mapping[str, str | Path | None] | None = None) -> None:
     """Refuse, before any work, an output that would destroy something or could not be written: an
-    existing path that is not a regular file (a directory, a FIFO, a device), the input data itself
-    (also through a link), or a folder that is a file or is not writable. Raises a ValueError."""
+    existing path that is not a regular file (a directory, a FIFO, a device), one that is or lies
+    inside an input (``inputs``: what each is -> its path, such as ``{"data": ..., "config": ...}``;
+    links followed), or whose folder is a file or is not writable. Raises a ValueError."""
     output = Path(output_path).absolute()
     if output.exists() and not output.is_file():
         raise ValueError(f"The output {output} exists and is not a regular file (a directory, FIFO or device); "
                          "refusing to replace it.")
-    if data_path is not None and output.exists() and os.path.samefile(output, data_path):
-        raise ValueError(f"The output {output} is the input data {data_path}; refusing to overwrite the input.")
+    target = output.resolve()
+    for what, source in (inputs or {}).items():
+        if source is None or not Path(source).exists():
+            continue
+        source = Path(source).resolve()
+        if target == source:
+            raise ValueError(f"The output {output} is the input {what} {source}; refusing to overwrite the input.")
+        if source.is_dir() and source in target.parents:
+            raise ValueError(f"The output {output} is inside the input {what} {source}; refusing to write into "
+                             "the input (and a job writing there would change the data it resumes from).")
     folder = output.parent
     while not folder.exists():
         folder = folder.parent

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+import numbers
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -11,23 +12,50 @@ from .conventions import SELECTION_CONVENTIONS
 from .options import check_choice
 
 if TYPE_CHECKING:  # the command line's help needs no datasets
-    from datasets import Dataset
+    from datasets import Dataset, DatasetDict, IterableDataset, IterableDatasetDict
 
 logger = logging.getLogger(__name__)
 
 
-def check_selection(top: float | None, top_n: int | None, order: str | None, convention: str = "exact") -> None:
-    """Raise a ValueError for a fraction outside (0, 1], a negative count, both, or an unknown order
-    or convention."""
+def _is_number(value: object) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def check_selection(top: float | None, top_n: int | None, order: str | None, convention: str = "exact",
+                    max_score: float | None = None, min_score: float | None = None) -> None:
+    """Raise a ValueError for a fraction outside (0, 1], a negative count, both, a bound that is not a
+    number (or is NaN), or an unknown order or convention. NumPy numbers count as numbers."""
     check_choice("convention", convention, SELECTION_CONVENTIONS)
     if top is not None and top_n is not None:
         raise ValueError("Pass `top` (a fraction of the rows) or `top_n` (a number of rows), not both.")
-    if top is not None and (isinstance(top, bool) or not isinstance(top, (int, float)) or not 0 < top <= 1):
+    if top is not None and (not _is_number(top) or not 0 < top <= 1):
         raise ValueError(f"`top` must be a fraction in (0, 1], got {top!r}.")
-    if top_n is not None and (isinstance(top_n, bool) or not isinstance(top_n, int) or top_n < 0):
+    if top_n is not None and (not isinstance(top_n, numbers.Integral) or isinstance(top_n, bool) or top_n < 0):
         raise ValueError(f"`top_n` must be a non-negative integer, got {top_n!r}.")
+    for name, bound in (("max_score", max_score), ("min_score", min_score)):
+        if bound is not None and (not _is_number(bound) or math.isnan(bound)):
+            raise ValueError(f"`{name}` must be a number (not NaN), got {bound!r}.")
     if order not in (None, "input", "score"):
         raise ValueError(f"`order` must be 'input' or 'score', got {order!r}.")
+
+
+def check_scores(scores: Sequence, name: str = "the scores") -> list[float]:
+    """The scores as floats (None: NaN); a ValueError names the first that is not one number (a list,
+    a string, a boolean)."""
+    checked = []
+    for row, score in enumerate(scores):
+        if score is not None and not _is_number(score):
+            raise ValueError(f"Row {row}: {name} must hold one number per row (or null), got "
+                             f"{type(score).__name__}: {score!r:.60}.")
+        checked.append(math.nan if score is None else float(score))
+    return checked
+
+
+def cut_off(convention: str, max_score: float | None) -> tuple[float | None, bool]:
+    """The ``max_score`` in force (the convention's when none is given) and whether it keeps only the
+    scores strictly below it."""
+    rules = SELECTION_CONVENTIONS[convention]
+    return (rules.max_score if max_score is None else max_score), rules.strictly_below
 
 
 def selection_indices(
@@ -48,22 +76,23 @@ def selection_indices(
     ``top_n`` best; best is highest with ``highest``, ties broken by input order. The indices come
     in input order (default), or best first with ``order="score"``.
 
-    A peer's ``convention`` follows its selection script (``max_score`` then defaults to 1):
-    ``"cherry"`` (Cherry_LLM's ``data_by_IFD.py``) takes the ``top`` fraction of the rows left
-    after the cut-offs, and of tied rows the later one first; ``"superfiltering"`` (its
-    ``select_data.py``) keeps only scores *below* ``max_score`` and returns best first.
+    A peer's ``convention`` follows its selection script (``conventions.SELECTION_CONVENTIONS``;
+    ``max_score`` then defaults to 1): ``"cherry"`` (Cherry_LLM's ``data_by_IFD.py``) takes the
+    ``top`` fraction of the rows left after the cut-offs, and of tied rows the later one first;
+    ``"superfiltering"`` (its ``select_data.py``) keeps only scores *below* ``max_score`` and
+    returns best first.
     """
-    check_selection(top, top_n, order, convention)
+    check_selection(top, top_n, order, convention, max_score, min_score)
+    scores = check_scores(scores)
     rules = SELECTION_CONVENTIONS[convention]
-    if max_score is None:
-        max_score = rules.max_score
-    above = "at or above max_score" if rules.strictly_below else "above max_score"
+    max_score, strictly_below = cut_off(convention, max_score)
+    above = "at or above max_score" if strictly_below else "above max_score"
     removed = {"no score": 0, above: 0, "below min_score": 0, "outside the top": 0}
     kept = []
     for index, score in enumerate(scores):
-        if score is None or math.isnan(score):
+        if math.isnan(score):
             removed["no score"] += 1
-        elif max_score is not None and (score >= max_score if rules.strictly_below else score > max_score):
+        elif max_score is not None and (score >= max_score if strictly_below else score > max_score):
             removed[above] += 1
         elif min_score is not None and score < min_score:
             removed["below min_score"] += 1
@@ -75,12 +104,15 @@ def selection_indices(
     count = int(base * top) if top is not None else top_n if top_n is not None else len(ranked)
     chosen = ranked[:count]
     removed["outside the top"] = len(ranked) - len(chosen)
+    if not chosen and scores:
+        logger.warning("The selection keeps none of the %d rows (removed: %s).", len(scores),
+                       ", ".join(f"{n} {rule}" for rule, n in removed.items() if n))
     order = order or rules.order
     return (chosen if order == "score" else sorted(chosen)), removed
 
 
 def select(
-    ds: Dataset,
+    ds: Dataset | DatasetDict | IterableDataset | IterableDatasetDict,
     column: str = "ifd",
     *,
     top: float | None = None,
@@ -90,9 +122,14 @@ def select(
     highest: bool = True,
     order: str | None = None,
     convention: str = "exact",
-) -> Dataset:
+) -> Dataset | DatasetDict | IterableDataset | IterableDatasetDict:
     """The rows of ``ds`` to keep by their ``column`` score (see :func:`selection_indices`); the log
-    says how many rows each rule removed.
+    says how many rows each rule removed. A ``DatasetDict`` is selected split by split.
+
+    A stream (an ``IterableDataset``) is filtered lazily by the cut-offs (``max_score``,
+    ``min_score``, rows without a score) in input order; ``top`` and ``top_n`` rank the whole
+    column, so they need an in-memory ``Dataset`` (``Dataset.from_generator`` or ``save_to_disk``
+    the scored stream first).
 
     Example:
         >>> from datasets import Dataset
@@ -101,10 +138,36 @@ def select(
         >>> list(select(ds, "ifd", top=0.5, max_score=1.0)["id"])
         ['a', 'd']
     """
-    if column not in ds.column_names:
+    from datasets import DatasetDict, IterableDataset, IterableDatasetDict
+
+    options = {"top": top, "top_n": top_n, "max_score": max_score, "min_score": min_score, "highest": highest,
+               "order": order, "convention": convention}
+    if isinstance(ds, (DatasetDict, IterableDatasetDict)):
+        return type(ds)({split: select(part, column, **options) for split, part in ds.items()})
+    if ds.column_names is not None and column not in ds.column_names:
         raise ValueError(f"Column {column!r} not found; available: {ds.column_names}")
-    indices, removed = selection_indices(list(ds[column]), top=top, top_n=top_n, max_score=max_score,
-                                         min_score=min_score, highest=highest, order=order, convention=convention)
+    if isinstance(ds, IterableDataset):
+        return _select_stream(ds, column, **options)
+    indices, removed = selection_indices(ds[column], **options)
     logger.info("Selected %d of %d rows (removed: %s).", len(indices), len(ds),
                 ", ".join(f"{count} {rule}" for rule, count in removed.items()))
     return ds.select(indices)
+
+
+def _select_stream(ds: IterableDataset, column: str, *, top: float | None, top_n: int | None,
+                   max_score: float | None, min_score: float | None, highest: bool, order: str | None,
+                   convention: str) -> IterableDataset:
+    """The rows of a stream that pass the cut-offs, lazily, in input order."""
+    check_selection(top, top_n, order, convention, max_score, min_score)
+    if top is not None or top_n is not None or order == "score":
+        raise ValueError("`top`, `top_n` and `order='score'` rank the whole column, which a stream does not hold: "
+                         "filter the stream by `max_score`/`min_score`, or select from an in-memory Dataset.")
+    max_score, strictly_below = cut_off(convention, max_score)
+
+    def keep(batch: dict[str, list]) -> list[bool]:
+        return [not math.isnan(score)
+                and (max_score is None or (score < max_score if strictly_below else score <= max_score))
+                and (min_score is None or score >= min_score)
+                for score in check_scores(batch[column], f"column {column!r}")]
+
+    return ds.filter(keep, batched=True)

@@ -140,7 +140,7 @@ def test_read_records_reads_the_shared_alpaca_subset(shared_dir):
     assert len(records) == 64 and all(record["output"] for record in records)
 
 
-@pytest.mark.filterwarnings("ignore::hf_adapters.cpu_kernels.EmulatedBfloat16Warning")
+@pytest.mark.filterwarnings("ignore::hf_adapters.cpu_kernels.SlowBfloat16Warning")
 @pytest.mark.parametrize("native_bfloat16", [True, False])
 def test_whole_run_writes_the_markdown_report_naming_machine_kernels_and_targets(model, tokenizer, monkeypatch,
                                                                                  tmp_path, capsys, native_bfloat16):

@@ -1,5 +1,5 @@
 """CPU kernels: oneDNN linear layers equal the default within float32 rounding, the kernel is chosen by
-measurement or forced by HF_ADAPTERS_CPU_LINEAR, and bfloat16 warns where the processor emulates it."""
+measurement or forced by HF_ADAPTERS_CPU_LINEAR, and bfloat16 warns where it is measured slower than float32."""
 
 import logging
 import warnings
@@ -14,8 +14,8 @@ from hf_adapters import cpu_kernels
 from hf_adapters.backends import score_continuations
 from hf_adapters.cpu_kernels import (
     CPU_LINEAR_ENV,
-    EmulatedBfloat16Warning,
     OneDNNLinear,
+    SlowBfloat16Warning,
     choose_cpu_linear,
     cpu_has_native_bfloat16,
     cpu_linear_kernel,
@@ -214,18 +214,38 @@ def test_native_bfloat16_is_read_from_the_processor_flags(processor, machine, fl
     assert cpu_has_native_bfloat16() is native
 
 
-@pytest.mark.parametrize("native", [False, True])
-def test_bfloat16_on_a_processor_without_it_warns_once(tokenizer, processor, native):
+@pytest.mark.parametrize(("native", "speedup"), [(False, 0.14), (True, 0.54), (True, 2.0), (False, 1.3)])
+def test_bfloat16_measured_slower_than_float32_warns_once_with_the_ratio_whatever_the_flags(
+        tokenizer, processor, monkeypatch, native, speedup):
     processor("x86_64", {"avx2", "avx512_bf16"} if native else {"avx2"})
-    cpu_kernels.warn_emulated_bfloat16.cache_clear()
+    monkeypatch.setattr(cpu_kernels, "bfloat16_speedup", lambda model: speedup)
+    cpu_kernels.warn_slow_bfloat16.cache_clear()
     model = build_model(len(tokenizer)).to(torch.bfloat16)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         score_once(model, tokenizer)
         score_once(model, tokenizer)
         score_once(build_model(len(tokenizer)), tokenizer)
-    emulated = [w for w in caught if issubclass(w.category, EmulatedBfloat16Warning)]
-    assert len(emulated) == (0 if native else 1)
-    if emulated:
-        assert "slower than float32" in str(emulated[0].message)
-    cpu_kernels.warn_emulated_bfloat16.cache_clear()
+    slow = [w for w in caught if issubclass(w.category, SlowBfloat16Warning)]
+    assert len(slow) == (1 if speedup < 1 else 0)
+    if slow:
+        assert "slower than float32" in str(slow[0].message) and f"{speedup:.2f}x the float32 rate" in str(
+            slow[0].message)
+    cpu_kernels.warn_slow_bfloat16.cache_clear()
+
+
+def test_the_bfloat16_speedup_is_timed_on_the_models_shapes_once(tokenizer, monkeypatch):
+    timed = []
+    original = cpu_kernels.measure_linear_rates
+
+    def counting(shapes, *args, **kwargs):
+        timed.append((dict(shapes), kwargs.get("dtype", torch.float32)))
+        return original(shapes, *args, repeats=1, **kwargs)
+
+    monkeypatch.setattr(cpu_kernels, "measure_linear_rates", counting)
+    monkeypatch.setattr(cpu_kernels, "_bfloat16_speedups", {})
+    model = build_model(len(tokenizer)).to(torch.bfloat16)
+    first = cpu_kernels.bfloat16_speedup(model)
+    assert cpu_kernels.bfloat16_speedup(model) == first > 0
+    assert [dtype for _, dtype in timed] == [torch.float32, torch.bfloat16]
+    assert timed[0][0] == dict(cpu_kernels.linear_shapes(model, dtype=None)) != {}

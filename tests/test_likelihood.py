@@ -210,7 +210,7 @@ def test_cpu_output_chunks_keep_their_logits_within_the_byte_budget(model, token
     assert_matches_naive(model, tokenizer, items, scores)
 
 
-@pytest.mark.filterwarnings("ignore::hf_adapters.cpu_kernels.EmulatedBfloat16Warning")
+@pytest.mark.filterwarnings("ignore::hf_adapters.cpu_kernels.SlowBfloat16Warning")
 def test_bfloat16_model_scores_log_softmax_in_float32(tokenizer):
     model = build_model(len(tokenizer)).to(torch.bfloat16)
     items = encode(tokenizer, TEXTS)

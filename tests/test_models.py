@@ -279,3 +279,22 @@ def test_a_dequantized_copy_that_cannot_be_written_costs_only_speed(model, token
     with caplog.at_level("INFO"):
         models._save_dequantized(model, tokenizer, blocker / "copy")
     assert "Could not keep the de-quantized weights" in caplog.text and not (blocker / "copy").exists()
+
+
+@pytest.mark.parametrize("name", ["chat_template.jinja", "tokenizer_config.json"])
+def test_a_changed_chat_template_or_tokenizer_file_changes_the_identity_and_loads_again(saved_model_dir, name):
+    saved_model_dir = str(saved_model_dir)
+    before = model_identity(saved_model_dir, device="cpu")
+    model, tokenizer = load_model(saved_model_dir, device="cpu")
+    path = os.path.join(saved_model_dir, name)
+    if name == "chat_template.jinja":
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write("{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}")
+    else:
+        with open(path, encoding="utf-8") as handle:
+            config = json.load(handle)
+        config["chat_template"] = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+        with open(path, "w", encoding="utf-8") as handle:
+            json.dump(config, handle)
+    assert model_identity(saved_model_dir, device="cpu") != before
+    assert load_model(saved_model_dir, device="cpu")[1] is not tokenizer

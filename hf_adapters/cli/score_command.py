@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from ..data_io import LOADERS
 from .arguments import add_model_arguments, add_progress_argument, hide_library_progress
@@ -48,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
         hide_library_progress()
     state = PartialState()
     try:
-        check_output_path(args.output, args.data if Path(args.data).exists() else None)
+        check_output_path(args.output, {"data": args.data, "config": args.config})
         scorer = build_scorer(load_config(args.config), model=args.model, batch_size=args.batch_size,
                               dtype=args.dtype)
         with state.local_main_process_first():  # one process per node fills datasets' cache

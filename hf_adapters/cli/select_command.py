@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import math
+import json
 import sys
 
 from ..conventions import SELECTION_CONVENTIONS, describe
 from ..data_io import LOADERS, read_records, read_rows
+from ..json_values import json_safe, to_json_value
 from ..output_paths import check_output_path
-from ..selection import selection_indices
+from ..selection import check_scores, selection_indices
 
 
 def fraction(text: str) -> float:
@@ -20,30 +21,45 @@ def fraction(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a fraction such as 0.05 or 5%, got {text!r}") from None
 
 
-def joined_scores(rows: list, scores: list[dict]) -> list[float]:
-    """The score of each row, from a score file written for those rows in order; the ids must agree."""
-    if len(scores) != len(rows):
-        raise ValueError(f"The score file has {len(scores)} lines for {len(rows)} rows: it was written for other data.")
-    for number, (row_id, line) in enumerate(zip(rows, scores, strict=True)):
-        if line.get("id") != row_id:
-            raise ValueError(f"Row {number}: the data's id {row_id!r} differs from the score file's "
+def joined_scores(ids: list, lines: list[dict]) -> list[float]:
+    """The score of each row, from a score file written for those rows in order; the ids must agree,
+    and each score must be one number or null."""
+    if len(lines) != len(ids):
+        raise ValueError(f"The score file has {len(lines)} lines for {len(ids)} rows: it was written for other data.")
+    for number, (value, line) in enumerate(zip(ids, lines, strict=True)):
+        if "score" not in line:
+            raise ValueError(f"Line {number + 1} of the score file has no `score`: {line!r:.80}")
+        if line.get("id") != to_json_value(value):
+            raise ValueError(f"Row {number}: the data's id {to_json_value(value)!r} differs from the score file's "
                              f"{line.get('id')!r}; the score file was written for other data or another order.")
-    return [math.nan if line.get("score") is None else float(line["score"]) for line in scores]
+    return check_scores([line["score"] for line in lines], "the score file's `score`")
+
+
+def write_selected(dataset, indices: list[int], column: str, scores: list[float], path: str) -> None:
+    """Write the selected rows as JSONL, each as it was read (every digit of its numbers) plus its score."""
+    with open(path, "w", encoding="utf-8") as handle:
+        for index, row in zip(indices, dataset.select(indices), strict=True):
+            row[column] = scores[index]
+            handle.write(json.dumps(json_safe(row), ensure_ascii=False, default=to_json_value) + "\n")
 
 
 def run(args: argparse.Namespace) -> int:
     try:
-        check_output_path(args.output, args.data)
+        check_output_path(args.output, {"data": args.data, "scores": args.scores})
         dataset = read_rows(args.data)
+        if args.column in dataset.column_names:
+            raise ValueError(f"--column {args.column!r} is a column of the data; give the score another name.")
         scores = joined_scores(dataset["id"], read_records(args.scores))
         indices, removed = selection_indices(scores, top=args.top, top_n=args.top_n, max_score=args.max_score,
                                              min_score=args.min_score, highest=not args.lowest, order=args.order,
                                              convention=args.convention)
-    except (ValueError, FileNotFoundError) as error:
+    except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    selected = dataset.select(indices).add_column(args.column, [scores[index] for index in indices])
-    selected.to_json(args.output, lines=True, force_ascii=False)
+    except OSError as error:
+        print(f"error: cannot read {error.filename}: {error.strerror}", file=sys.stderr)
+        return 2
+    write_selected(dataset, indices, args.column, scores, args.output)
     for rule, count in removed.items():
         print(f"{count:>9} rows removed: {rule}")
     print(f"{len(indices):>9} of {len(scores)} rows selected, written to {args.output}")

@@ -57,6 +57,8 @@ class RowScorer:
     optional_roles: ClassVar[tuple[str, ...]] = ()
     text_roles: ClassVar[tuple[str, ...]] = ()
     outputs: ClassVar[tuple[str, ...]] = ("score",)
+    #: The type of each output that is not a float: ``"bool"``, or a list of ``["float64"]`` etc.
+    output_types: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, **config: Any):
         column_keys = {f"{role}_column": role for role in self.roles}
@@ -76,6 +78,14 @@ class RowScorer:
         if not isinstance(column, str) or not column:
             raise ConfigError(f"{self.name}: `{key}` must be a column name, got {column!r}.")
         return column
+
+    def output_features(self) -> dict[str, Any]:
+        """Each output's ``datasets`` feature (float64 unless ``output_types`` says otherwise)."""
+        from datasets import Sequence, Value
+
+        kinds = {output: self.output_types.get(output, "float64") for output in self.outputs}
+        return {output: Sequence(Value(kind[0])) if isinstance(kind, list) else Value(kind)
+                for output, kind in kinds.items()}
 
     def setting(self, key: str) -> Any:
         """The value of an option or extra option: the config's, else the default."""
@@ -102,7 +112,9 @@ class RowScorer:
 
     def check_rows(self, rows: Sequence[Mapping[str, Any]], offset: int = 0) -> None:
         """Raise a ValueError naming (by its index in the data, ``offset`` + position, and its id) the
-        first row that lacks a required field or holds a non-string text field."""
+        first row that lacks a required field or holds a non-string text field (after adapting to the
+        rows' fields, as :meth:`use_columns` does)."""
+        self.use_columns(list(dict.fromkeys(field for row in rows for field in row)))
         for i, row in enumerate(rows):
             for field in self.required_fields:
                 if field not in row or row[field] is None:

@@ -85,6 +85,7 @@ class ConversationIFDScorer(ConversationScorer):
     outputs = ("ifd", "ppl_conditional", "ppl_direct", "turn_ifd")
     result_keys = ("ifd_scores", "conditional_perplexities", "direct_perplexities", "turn_ifd_scores")
     missing = {"turn_ifd": []}
+    output_types = {"turn_ifd": ["float64"]}
 
     def score_conversations(self, conversations: list[list[dict[str, str]]], rows: list[int]) -> dict[str, Any]:
         return score_conversation_ifd(self.load(), conversations, self.spec, batch_size=self.run.batch_size,

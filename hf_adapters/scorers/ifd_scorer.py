@@ -30,6 +30,7 @@ class IFDScorer(ModelRowScorer):
     outputs = ("ifd", "ppl_conditional", "ppl_direct")
     result_keys = ("ifd_scores", "conditional_perplexities", "direct_perplexities")
     token_outputs = ("tokens", "conditional_token_losses", "direct_token_losses")
+    output_types = {"tokens": ["string"], "conditional_token_losses": ["float64"], "direct_token_losses": ["float64"]}
 
     def result(self, texts: Mapping[str, Sequence[str]], first_row: int = 0) -> dict[str, Any]:
         return score_ifd(self.load(), texts["instruction"], texts["output"], texts["input"], self.spec,

@@ -19,6 +19,7 @@ class IFEvalScorer(RowScorer):
     roles = {"response": "response", "instruction_ids": "instruction_id_list", "kwargs": "kwargs"}
     text_roles = ("response",)
     outputs = ("prompt_strict", "prompt_loose", "strict", "loose")
+    output_types = {"prompt_strict": "bool", "prompt_loose": "bool", "strict": ["bool"], "loose": ["bool"]}
 
     def check_rows(self, rows: Sequence[Mapping[str, Any]], offset: int = 0) -> None:
         """Also check every row's instruction ids and kwargs, naming the row."""

@@ -35,6 +35,7 @@ class PerplexityScorer(ModelRowScorer):
     outputs = ("perplexity",)
     result_keys = ("perplexities",)
     token_outputs = ("tokens", "token_losses")
+    output_types = {"tokens": ["string"], "token_losses": ["float64"]}
 
     def texts(self, texts: Mapping[str, Sequence[str]]) -> Sequence[str]:
         """The texts to score, from the texts of each role."""

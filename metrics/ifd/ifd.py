@@ -3,7 +3,7 @@
 import datasets
 import evaluate
 
-from hf_adapters.conversations import check_conversations
+from hf_adapters.conversations import check_conversation_list
 from hf_adapters.ifd import check_ifd_inputs
 from hf_adapters.scorers import ConversationIFDScorer, IFDScorer
 from hf_adapters.texts import check_texts
@@ -103,14 +103,27 @@ class IFD(evaluate.Metric):
 
     def compute(self, instructions=None, outputs=None, inputs=None, messages=None, **kwargs):
         """Check the rows before evaluate casts them (a bad row gets an error naming it); `inputs` may be
-        omitted. Conversations (`messages`) are scored as they are, without evaluate's cache."""
+        omitted. Conversations (`messages`) are scored as they are, without evaluate's cache; one that
+        cannot be scored gets NaN and a warning naming it."""
         if messages is not None:
-            return self._compute_conversations(check_conversations(messages), **kwargs)
+            if instructions is not None or outputs is not None or inputs is not None:
+                raise ValueError("Pass `messages` (conversations) or `instructions` and `outputs` (rows), not both.")
+            return self._compute_conversations(check_conversation_list(messages), **kwargs)
         if instructions is None and self.writer is None:  # None: only after add_batch
             check_texts(instructions, "instructions")
         if instructions is not None or outputs is not None:
             inputs = check_ifd_inputs(instructions or [], outputs or [], inputs)
         return super().compute(instructions=instructions, outputs=outputs, inputs=inputs, **kwargs)
+
+    def add_batch(self, *, instructions=None, outputs=None, inputs=None, **kwargs):
+        """Add rows; `inputs` may be omitted (no input), as in `compute`."""
+        if instructions is not None or outputs is not None:
+            inputs = check_ifd_inputs(instructions or [], outputs or [], inputs)
+        return super().add_batch(instructions=instructions, outputs=outputs, inputs=inputs, **kwargs)
+
+    def add(self, *, instructions=None, outputs=None, inputs=None, **kwargs):
+        """Add one row (evaluate names its fields as the columns); `inputs` may be omitted (no input)."""
+        return super().add(instructions=instructions, outputs=outputs, inputs=inputs or "", **kwargs)
 
     def _compute(self, instructions, outputs, inputs, **options):
         scorer = IFDScorer.from_options({"progress": None, **options}, caller="ifd.compute")

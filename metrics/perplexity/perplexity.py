@@ -3,7 +3,7 @@
 import datasets
 import evaluate
 
-from hf_adapters.conversations import check_conversations
+from hf_adapters.conversations import check_conversation_list
 from hf_adapters.scorers import ConversationPerplexityScorer, PerplexityScorer
 from hf_adapters.texts import check_texts
 
@@ -87,7 +87,9 @@ class Perplexity(evaluate.Metric):
         """Check the rows before evaluate casts them, so a bad row gets an error naming it.
         Conversations (`messages`) are scored as they are, without evaluate's cache."""
         if messages is not None:
-            return self._compute_conversations(check_conversations(messages), **kwargs)
+            if predictions is not None:
+                raise ValueError("Pass `messages` (conversations) or `predictions` (texts), not both.")
+            return self._compute_conversations(check_conversation_list(messages), **kwargs)
         if predictions is not None or self.writer is None:  # None: only after add_batch
             check_texts(predictions)
         return super().compute(predictions=predictions, references=references, **kwargs)
