@@ -148,7 +148,7 @@ def select(
         raise ValueError(f"Column {column!r} not found; available: {ds.column_names}")
     if isinstance(ds, IterableDataset):
         return _select_stream(ds, column, **options)
-    indices, removed = selection_indices(ds[column], **options)
+    indices, removed = selection_indices(check_scores(ds[column], f"column {column!r}"), **options)
     logger.info("Selected %d of %d rows (removed: %s).", len(indices), len(ds),
                 ", ".join(f"{count} {rule}" for rule, count in removed.items()))
     return ds.select(indices)

@@ -2,8 +2,8 @@
 first ten minutes".
 
 One test per reported case, through public entry points only (``hf_adapters.cli.main``, top-level
-``hf_adapters`` names, the evaluate modules, the Space's handlers). Each test that fails on the code it was
-written against is marked ``xfail(strict=True)``; the fix removes the mark.
+``hf_adapters`` names, the evaluate modules, the Space's handlers); each failed on the code it was written
+against.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import pytest
 from datasets import Dataset, DatasetDict
 
 from hf_adapters import add_ifd_column, clear_model_cache, compute_ifd, select
+from hf_adapters import models as hf_models
 from hf_adapters.cli import main
 from tests.conftest import build_model
 from tests.spaces_fixtures import app_fixture, tiny_model_dir_fixture  # noqa: F401  (fixtures)
@@ -75,8 +76,6 @@ def refused_with_a_message(argv: list[str], capsys) -> str:
 # ------------------------------------------------------------------------------------- 1. one error policy
 
 
-@pytest.mark.xfail(strict=True, reason=f"{ISSUE}: a conversation without an assistant turn fails the whole "
-                                       "metric call instead of giving NaN and a warning")
 @pytest.mark.parametrize(("metric", "key"), [("ifd", "ifd_scores"), ("perplexity", "perplexities")])
 def test_a_bad_conversation_gets_nan_and_a_warning_naming_it_in_the_metrics(model, tokenizer, caplog, metric, key):
     module = evaluate.load(f"./metrics/{metric}")
@@ -86,7 +85,6 @@ def test_a_bad_conversation_gets_nan_and_a_warning_naming_it_in_the_metrics(mode
     assert re.search(r"(Row |\[)1\b", caplog.text), caplog.text
 
 
-@pytest.mark.xfail(strict=True, reason=f"{ISSUE}: the ifd metric with messages= refuses options at their defaults")
 @pytest.mark.parametrize(("option", "default"), [("convention", "exact"), ("direction", "forward"),
                                                  ("return_token_losses", False)])
 def test_the_ifd_metric_with_messages_accepts_options_at_their_defaults(model, tokenizer, option, default):
@@ -97,8 +95,6 @@ def test_the_ifd_metric_with_messages_accepts_options_at_their_defaults(model, t
     assert result["ifd_scores"] == pytest.approx(list(expected), rel=1e-6)
 
 
-@pytest.mark.xfail(strict=True, reason=f"{ISSUE}: template= with messages= is a raw TypeError at the metric and "
-                                       "silently ignored by add_ifd_column")
 def test_an_instruction_template_with_conversations_is_the_same_clear_error_everywhere(model, tokenizer):
     template = "Q: {instruction}\n{input}\nA: "
     with pytest.raises(ValueError, match="template"):
@@ -108,14 +104,12 @@ def test_an_instruction_template_with_conversations_is_the_same_clear_error_ever
                        model=model, tokenizer=tokenizer)
 
 
-@pytest.mark.xfail(strict=True, reason=f"{ISSUE}: instructions= passed with messages= is silently ignored")
 def test_the_ifd_metric_refuses_instructions_together_with_messages(model, tokenizer):
     with pytest.raises(ValueError, match="instructions"):
         evaluate.load("./metrics/ifd").compute(messages=[GOOD], instructions=["Say hi."], outputs=["Hi!"],
                                                model=model, tokenizer=tokenizer)
 
 
-@pytest.mark.xfail(strict=True, reason=f"{ISSUE}: select on a list or string column is a raw TypeError")
 @pytest.mark.parametrize("column", ["turn_ifd", "text"])
 def test_select_on_a_column_that_is_not_numbers_is_a_message(column):
     ds = Dataset.from_dict({"ifd": [0.5, 0.7], "turn_ifd": [[0.5], [0.7, 0.2]], "text": ["a", "b"]})
@@ -123,14 +117,12 @@ def test_select_on_a_column_that_is_not_numbers_is_a_message(column):
         select(ds, column, top_n=1)
 
 
-@pytest.mark.xfail(strict=True, reason=f"{ISSUE}: max_score='1' is a raw TypeError")
 def test_select_refuses_a_bound_that_is_not_a_number_with_a_message():
     ds = Dataset.from_dict({"ifd": [0.5, 1.7]})
     with pytest.raises(ValueError, match="max_score"):
         select(ds, "ifd", max_score="1")
 
 
-@pytest.mark.xfail(strict=True, reason=f"{ISSUE}: NumPy integers and floats are refused for top_n and top")
 @pytest.mark.parametrize(("option", "value", "plain"), [("top_n", np.int64(1), 1), ("top_n", np.int32(1), 1),
                                                         ("top", np.float32(0.5), 0.5)])
 def test_select_accepts_numpy_numbers_for_the_sizes(option, value, plain):
@@ -138,7 +130,6 @@ def test_select_accepts_numpy_numbers_for_the_sizes(option, value, plain):
     assert list(select(ds, "ifd", **{option: value})["id"]) == list(select(ds, "ifd", **{option: plain})["id"])
 
 
-@pytest.mark.xfail(strict=True, reason=f"{ISSUE}: select refuses a DatasetDict that the add_* helpers accept")
 def test_select_accepts_a_dataset_dict_split_by_split():
     ds = DatasetDict(train=Dataset.from_dict({"id": ["a", "b"], "ifd": [0.5, 0.7]}),
                      test=Dataset.from_dict({"id": ["c", "d"], "ifd": [0.9, 0.1]}))
@@ -147,17 +138,14 @@ def test_select_accepts_a_dataset_dict_split_by_split():
     assert {split: list(part["id"]) for split, part in kept.items()} == {"train": ["b"], "test": ["c"]}
 
 
-@pytest.mark.xfail(strict=True, reason=f"{ISSUE}: select --column naming a data column is a raw traceback")
 def test_select_command_refuses_a_score_column_that_the_data_has(tmp_path, capsys):
     refused_with_a_message([*select_files(tmp_path, [0.5, 0.7]), "--top-n", "1", "--column", "id"], capsys)
 
 
-@pytest.mark.xfail(strict=True, reason=f"{ISSUE}: a score that is a list is a raw traceback")
 def test_select_command_refuses_a_score_that_is_a_list(tmp_path, capsys):
     refused_with_a_message([*select_files(tmp_path, ["[0.5]", 0.7]), "--top-n", "1"], capsys)
 
 
-@pytest.mark.xfail(strict=True, reason=f"{ISSUE}: --scores that is a directory is a raw IsADirectoryError")
 def test_select_command_refuses_a_scores_directory(tmp_path, capsys):
     argv = select_files(tmp_path, [0.5, 0.7])
     folder = tmp_path / "scores_dir"
@@ -166,13 +154,10 @@ def test_select_command_refuses_a_scores_directory(tmp_path, capsys):
     refused_with_a_message([*argv, "--top-n", "1"], capsys)
 
 
-@pytest.mark.xfail(strict=True, reason=f"{ISSUE}: a JSON true score is taken as 1.0")
 def test_select_command_refuses_a_boolean_score(tmp_path, capsys):
     refused_with_a_message([*select_files(tmp_path, ["true", 0.7]), "--top-n", "1"], capsys)
 
 
-@pytest.mark.xfail(strict=True, reason=f"{ISSUE}: score refuses a CSV whose output cells are all numbers; the "
-                                       "Space reads them as strings")
 def test_score_reads_csv_cells_as_strings(tmp_path, model_dir):
     data = tmp_path / "rows.csv"
     data.write_text("id,instruction,input,output\na,Add the numbers.,2 + 3,5\nb,Add the numbers.,1 + 1,2\n",
@@ -185,7 +170,6 @@ def test_score_reads_csv_cells_as_strings(tmp_path, model_dir):
     assert [line["id"] for line in read_jsonl(output)] == ["a", "b"]
 
 
-@pytest.mark.xfail(strict=True, reason=f"{ISSUE}: the Space refuses ShareGPT conversations rows")
 def test_the_space_scores_sharegpt_conversations(app, tiny_model_dir):
     row = {"conversations": [{"from": "human", "value": GOOD[0]["content"]},
                              {"from": "gpt", "value": GOOD[1]["content"]}]}
@@ -193,7 +177,6 @@ def test_the_space_scores_sharegpt_conversations(app, tiny_model_dir):
     assert summary["rows"] == 1 and summary["valid_rows"] == 1
 
 
-@pytest.mark.xfail(strict=True, reason=f"{ISSUE}: the Space's download writes NaN inside turn_ifd lists")
 def test_the_space_download_is_json_even_with_nan_turn_scores(app, tiny_model_dir):
     conversation = [GOOD[0], {"role": "assistant", "content": ""}, {"role": "user", "content": "Again."}, GOOD[1]]
     *_, path = app.score_ifd(json.dumps({"messages": conversation}), None, tiny_model_dir)
@@ -205,7 +188,6 @@ def test_the_space_download_is_json_even_with_nan_turn_scores(app, tiny_model_di
     assert row["turn_ifd"][0] is None and math.isfinite(row["turn_ifd"][1])
 
 
-@pytest.mark.xfail(strict=True, reason=f"{ISSUE}: ifd.add_batch(instructions=, outputs=) gives KeyError 'inputs'")
 def test_the_ifd_metric_add_batch_without_inputs(model, tokenizer):
     module = evaluate.load("./metrics/ifd")
     module.add_batch(instructions=["Say hi.", "Name a colour."], outputs=["Hi!", "Red."])
@@ -214,7 +196,6 @@ def test_the_ifd_metric_add_batch_without_inputs(model, tokenizer):
     assert result["ifd_scores"] == pytest.approx(expected["ifd_scores"], rel=1e-6)
 
 
-@pytest.mark.xfail(strict=True, reason=f"{ISSUE}: a CONFIG that is a directory is a raw IsADirectoryError")
 def test_score_refuses_a_config_that_is_a_directory(tmp_path, capsys):
     data = write_jsonl(tmp_path / "rows.jsonl", [{"id": "a", "instruction": "q", "output": "x"}])
     folder = tmp_path / "config_dir"
@@ -223,7 +204,6 @@ def test_score_refuses_a_config_that_is_a_directory(tmp_path, capsys):
                            capsys)
 
 
-@pytest.mark.xfail(strict=True, reason=f"{ISSUE}: the r-IFD warning for an empty instruction says 'empty output'")
 def test_the_reverse_ifd_warning_names_the_empty_instruction(model, tokenizer, caplog):
     with caplog.at_level(logging.WARNING):
         result = compute_ifd(["", "Say hi."], ["Hello.", "Hi!"], direction="reverse", model=model, tokenizer=tokenizer)
@@ -235,9 +215,11 @@ def test_the_reverse_ifd_warning_names_the_empty_instruction(model, tokenizer, c
 # ---------------------------------------------------------------------------------------------------- 2. speed
 
 
-@pytest.mark.xfail(strict=True, reason=f"{ISSUE}: information parity re-scores the same references on every call")
-def test_information_parity_reuses_the_reference_scores_of_an_earlier_call(tokenizer):
+def test_information_parity_reuses_the_reference_scores_of_an_earlier_call(tokenizer, monkeypatch):
     model = build_model(len(tokenizer), seed=11)
+    # Named by id, as evaluate users name it: scores are reused under the model's identity (a model object
+    # has none, since its weights may change between calls).
+    monkeypatch.setattr(hf_models, "load_model", lambda *args, **kwargs: (model, tokenizer))
     references = ["The quick brown fox jumps over the lazy dog, and then it runs far away into the woods.",
                   "Write a short poem about the sea, the wind and the long grey waves that break on the shore."]
     first = ["Le renard brun saute.", "Écris un poème."]
@@ -249,10 +231,10 @@ def test_information_parity_reuses_the_reference_scores_of_an_earlier_call(token
         fed.append(0 if ids is None else int(ids.numel()))
 
     module = evaluate.load("./metrics/information_parity")
-    module.compute(predictions=first, references=references, model=model, tokenizer=tokenizer)
+    module.compute(predictions=first, references=references, model_id="tiny-parity-model")
     hook = model.get_decoder().register_forward_pre_hook(count, with_kwargs=True)
     try:
-        result = module.compute(predictions=second, references=references, model=model, tokenizer=tokenizer)
+        result = module.compute(predictions=second, references=references, model_id="tiny-parity-model")
     finally:
         hook.remove()
     prediction_tokens = sum(len(tokenizer(text, add_special_tokens=False).input_ids) + 1 for text in second)
@@ -267,7 +249,6 @@ def test_information_parity_reuses_the_reference_scores_of_an_earlier_call(token
 # -------------------------------------------------------------------------------------- 3. first ten minutes
 
 
-@pytest.mark.xfail(strict=True, reason=f"{ISSUE}: the perplexity progress bar counts positions fed, not tokens")
 def test_the_perplexity_progress_bar_counts_scored_tokens(tmp_path, model_dir, capsys):
     path = tmp_path / "doc.txt"
     path.write_text("The quick brown fox jumps over the lazy dog. " * 20, encoding="utf-8")
@@ -280,7 +261,6 @@ def test_the_perplexity_progress_bar_counts_scored_tokens(tmp_path, model_dir, c
     assert int(totals[-1][1]) == tokens
 
 
-@pytest.mark.xfail(strict=True, reason=f"{ISSUE}: a selection that keeps no row says nothing above INFO")
 def test_a_selection_that_keeps_no_row_warns(caplog):
     ds = Dataset.from_dict({"instruction": ["Name a primary colour.", "Add the numbers."], "ifd": [1.2, 0.8]})
     with caplog.at_level(logging.WARNING):
@@ -290,7 +270,6 @@ def test_a_selection_that_keeps_no_row_warns(caplog):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason=f"{ISSUE}: every process de-quantizes the default Q4_1 GGUF again (~20 s)")
 def test_the_default_gguf_is_dequantized_once_and_cached(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"),
            "XDG_CACHE_HOME": str(tmp_path / "cache")}
@@ -307,7 +286,6 @@ def test_the_default_gguf_is_dequantized_once_and_cached(tmp_path):
     assert seconds[1] < seconds[0] / 2, seconds
 
 
-@pytest.mark.xfail(strict=True, reason=f"{ISSUE}: --help and argument errors import torch")
 @pytest.mark.parametrize("argv", [["--help"], ["perplexity", "--help"], ["select", "--top", "5%"]])
 def test_help_and_argument_errors_do_not_import_torch(argv):
     started = time.perf_counter()
@@ -318,7 +296,6 @@ def test_help_and_argument_errors_do_not_import_torch(argv):
     assert "torch" not in imported, f"torch imported ({time.perf_counter() - started:.1f} s)"
 
 
-@pytest.mark.xfail(strict=True, reason=f"{ISSUE}: a misspelt option of add_ifd_column blames Dataset.map()")
 def test_a_misspelt_option_names_the_helpers_valid_options(model, tokenizer):
     ds = Dataset.from_dict({"instruction": ["Say hi."], "input": [""], "output": ["Hi!"]})
     with pytest.raises((TypeError, ValueError)) as info:
@@ -327,7 +304,6 @@ def test_a_misspelt_option_names_the_helpers_valid_options(model, tokenizer):
     assert "max_lenght" in message and "max_length" in message and "Dataset.map()" not in message
 
 
-@pytest.mark.xfail(strict=True, reason=f"{ISSUE}: perplexity of a file without tokens prints NaN and exits 0")
 def test_perplexity_names_the_files_without_tokens(tmp_path, model_dir, capsys):
     empty, text = tmp_path / "empty.txt", tmp_path / "text.txt"
     empty.write_text("", encoding="utf-8")
@@ -339,7 +315,6 @@ def test_perplexity_names_the_files_without_tokens(tmp_path, model_dir, capsys):
     assert main(["perplexity", str(empty), "--model", model_dir, "--max-length", "64", "--no-progress"]) != 0
 
 
-@pytest.mark.xfail(strict=True, reason=f"{ISSUE}: --no-progress still shows transformers' loading bars")
 def test_no_progress_hides_every_progress_bar(tmp_path, model, tokenizer, capsys):
     folder = tmp_path / "model"  # a model not loaded yet in this process
     model.save_pretrained(folder)
@@ -361,16 +336,7 @@ def help_text(command: str, capsys) -> str:
     return capsys.readouterr().out
 
 
-def _without_help(command: str, what: str):
-    return pytest.param(command, marks=pytest.mark.xfail(strict=True, reason=f"{ISSUE}: {what}"))
-
-
-@pytest.mark.parametrize("command", [
-    _without_help("demo", "demo --help has no description"),
-    _without_help("parity", "parity --batch-size, --max-length and --device have no help text"),
-    _without_help("perplexity", "perplexity --batch-size has no help text"),
-    "score", "select",  # already complete
-])
+@pytest.mark.parametrize("command", ["demo", "parity", "perplexity", "score", "select"])
 def test_every_command_and_option_has_help_text(command, capsys):
     text = help_text(command, capsys)
     head, _, options = text.partition("\noptions:\n")
@@ -382,7 +348,6 @@ def test_every_command_and_option_has_help_text(command, capsys):
     assert not bare, f"options of `{command}` without help: {bare}"
 
 
-@pytest.mark.xfail(strict=True, reason=f"{ISSUE}: --dtype offers different values in different commands")
 def test_dtype_offers_the_same_values_in_every_command(capsys):
     offered = {}
     for command in ("demo", "parity", "perplexity", "score"):

@@ -1,8 +1,8 @@
 """Regressions from the outside test run "Nothing lost, nothing silently wrong, every job finishes: round three".
 
 One test per reported case, through public entry points only (the ``hf-adapters`` command line via
-``hf_adapters.cli.main``, top-level ``hf_adapters`` names, the evaluate modules). Each test that fails on
-the code it was written against is marked ``xfail(strict=True)``; the fix removes the mark.
+``hf_adapters.cli.main``, top-level ``hf_adapters`` names, the evaluate modules); each failed on the code it
+was written against.
 """
 
 from __future__ import annotations
@@ -101,7 +101,6 @@ def table_rows(out: str, header: str) -> list[list[str]]:
 # ---------------------------------------------------------------- 1. data lost or changed in what we write
 
 
-@pytest.mark.xfail(strict=True, reason=f"{ISSUE}: select writes floats with 10 significant digits (pandas to_json)")
 def test_select_writes_passed_through_floats_with_every_digit(tmp_path):
     reward, score = 0.123456789012345678, 1.0316780754743269
     data = write_jsonl(tmp_path / "rows.jsonl", [{"id": "a", "instruction": "q", "output": "a", "reward": reward},
@@ -114,7 +113,6 @@ def test_select_writes_passed_through_floats_with_every_digit(tmp_path):
     assert row["score"] == score
 
 
-@pytest.mark.xfail(strict=True, reason=f"{ISSUE}: CSV ids are parsed as numbers (001 -> 1.0)")
 def test_score_echoes_csv_ids_as_they_are_written(tmp_path, model_dir):
     data = tmp_path / "rows.csv"
     data.write_text("id,instruction,input,output\n001,Say a.,,aa\n002,Say b.,,bb\n1e3,Say c.,,cc\n", encoding="utf-8")
@@ -124,7 +122,6 @@ def test_score_echoes_csv_ids_as_they_are_written(tmp_path, model_dir):
     assert [line["id"] for line in read_jsonl(output)] == ["001", "002", "1e3"]
 
 
-@pytest.mark.xfail(strict=True, reason=f"{ISSUE}: CSV ids are parsed as numbers, so select writes id 1.0")
 def test_select_echoes_csv_ids_as_they_are_written(tmp_path):
     data = tmp_path / "rows.csv"
     data.write_text("id,instruction,output\n001,Say a.,aa\n002,Say b.,bb\n1e3,Say c.,cc\n", encoding="utf-8")
@@ -136,8 +133,6 @@ def test_select_echoes_csv_ids_as_they_are_written(tmp_path):
     assert [row["id"] for row in read_jsonl(output)] == ["001", "002", "1e3"]
 
 
-@pytest.mark.xfail(strict=True, reason=f"{ISSUE}: an output inside the save_to_disk folder given as --data is "
-                                       "written over the input")
 @pytest.mark.parametrize("inside", ["data-00000-of-00001.arrow", "state.json"])
 def test_score_refuses_an_output_inside_the_saved_data_folder(tmp_path, model_dir, capsys, inside):
     folder = saved_data(tmp_path)
@@ -149,7 +144,6 @@ def test_score_refuses_an_output_inside_the_saved_data_folder(tmp_path, model_di
     assert code == 2 and "input" in capsys.readouterr().err
 
 
-@pytest.mark.xfail(strict=True, reason=f"{ISSUE}: select writes over a file of the saved data folder it reads")
 def test_select_refuses_an_output_inside_the_saved_data_folder(tmp_path, capsys):
     # state.json, not the .arrow file: select memory-maps the .arrow file and truncating it would crash pytest.
     folder = saved_data(tmp_path)
@@ -161,7 +155,6 @@ def test_select_refuses_an_output_inside_the_saved_data_folder(tmp_path, capsys)
     assert code == 2 and "input" in capsys.readouterr().err
 
 
-@pytest.mark.xfail(strict=True, reason=f"{ISSUE}: score --output equal to the config overwrites the config")
 def test_score_refuses_the_config_as_its_output(tmp_path, model_dir, capsys):
     data = write_jsonl(tmp_path / "rows.jsonl", instruction_rows())
     config = ppl_config(tmp_path)
@@ -172,7 +165,6 @@ def test_score_refuses_the_config_as_its_output(tmp_path, model_dir, capsys):
     assert code == 2 and ("config" in err or "input" in err)
 
 
-@pytest.mark.xfail(strict=True, reason=f"{ISSUE}: select --output equal to --scores replaces the score file")
 def test_select_refuses_the_score_file_as_its_output(tmp_path, capsys):
     data = write_jsonl(tmp_path / "rows.jsonl", instruction_rows())
     scores = write_jsonl(tmp_path / "scores.jsonl", [{"id": row["id"], "score": 0.5} for row in instruction_rows()])
@@ -183,8 +175,6 @@ def test_select_refuses_the_score_file_as_its_output(tmp_path, capsys):
     assert code == 2 and ("score" in err or "input" in err)
 
 
-@pytest.mark.xfail(strict=True, reason=f"{ISSUE}: score writes timestamp/bytes ids as str(), select then refuses "
-                                       "its own score file")
 @pytest.mark.parametrize("kind", ["timestamp", "bytes"])
 def test_select_accepts_the_score_file_score_wrote_for_parquet_ids(tmp_path, model_dir, capsys, kind):
     import datetime
@@ -235,15 +225,8 @@ def chat_model_dir(folder: Path, model, template: str) -> str:
     return str(folder)
 
 
-@pytest.mark.parametrize("name", [
-    pytest.param("chat_template.jinja", marks=pytest.mark.xfail(
-        strict=True, reason=f"{ISSUE}: chat_template.jinja is not part of the model identity")),
-    pytest.param("special_tokens_map.json", marks=pytest.mark.xfail(
-        strict=True, reason=f"{ISSUE}: special_tokens_map.json is not part of the model identity")),
-    pytest.param("added_tokens.json", marks=pytest.mark.xfail(
-        strict=True, reason=f"{ISSUE}: added_tokens.json is not part of the model identity")),
-    "tokenizer_config.json",  # already part of it
-])
+@pytest.mark.parametrize("name", ["chat_template.jinja", "special_tokens_map.json", "added_tokens.json",
+                                  "tokenizer_config.json"])
 def test_model_identity_covers_every_file_that_changes_the_tokens(tmp_path, model, name):
     folder = Path(chat_model_dir(tmp_path / "m", model, TEMPLATE_A))
     before = model_identity(str(folder), dtype="float32", device="cpu")
@@ -259,8 +242,6 @@ def test_model_identity_covers_every_file_that_changes_the_tokens(tmp_path, mode
     assert model_identity(str(folder), dtype="float32", device="cpu") != before
 
 
-@pytest.mark.xfail(strict=True, reason=f"{ISSUE}: a killed conversation job resumes after its chat template "
-                                       "changed and mixes old- and new-template scores")
 def test_a_conversation_job_does_not_resume_across_a_chat_template_change(tmp_path, model, capsys):
     folder = tmp_path / "chat-model"
     model_dir = chat_model_dir(folder, model, TEMPLATE_A)
@@ -288,7 +269,6 @@ def test_a_conversation_job_does_not_resume_across_a_chat_template_change(tmp_pa
         clear_model_cache(model_dir)
 
 
-@pytest.mark.xfail(strict=True, reason=f"{ISSUE}: load_model returns the cached tokenizer with the old template")
 def test_load_model_sees_a_changed_chat_template_in_the_same_process(tmp_path, model):
     model_dir = chat_model_dir(tmp_path / "m", model, TEMPLATE_A)
     try:
@@ -299,8 +279,6 @@ def test_load_model_sees_a_changed_chat_template_in_the_same_process(tmp_path, m
         clear_model_cache(model_dir)
 
 
-@pytest.mark.xfail(strict=True, reason=f"{ISSUE}: add_ifd_column(messages_column=) gets a datasets cache hit "
-                                       "after the chat template changed")
 def test_add_ifd_column_recomputes_conversations_after_a_chat_template_change(tmp_path, model):
     model_dir = chat_model_dir(tmp_path / "m", model, TEMPLATE_B)
     source = write_jsonl(tmp_path / "rows.jsonl", [{"messages": CONVERSATIONS[0]}])
@@ -324,7 +302,6 @@ def cli_perplexity(model_dir: str, *files: str, extra: tuple[str, ...] = ()) -> 
     return main(["perplexity", *files, "--model", model_dir, "--max-length", "64", "--no-progress", *extra])
 
 
-@pytest.mark.xfail(strict=True, reason=f"{ISSUE}: perplexity reads files in text mode (CRLF/CR become LF)")
 @pytest.mark.parametrize("newline", ["\r\n", "\r"])
 def test_perplexity_scores_the_bytes_of_a_file_as_they_are(tmp_path, model_dir, capsys, newline):
     text = newline.join(["The quick brown fox jumps over the lazy dog.", "Write a short poem about the sea.",
@@ -341,7 +318,6 @@ def test_perplexity_scores_the_bytes_of_a_file_as_they_are(tmp_path, model_dir, 
     assert perplexity == f"{expected['perplexities'][0]:.3f}"
 
 
-@pytest.mark.xfail(strict=True, reason=f"{ISSUE}: invalid UTF-8 on stdin reaches the tokenizer (TypeError)")
 def test_perplexity_refuses_invalid_utf8_on_stdin_with_a_message(model_dir, capsys, monkeypatch):
     stdin = io.TextIOWrapper(io.BytesIO(b"valid text \xff\xfe then more"), encoding="utf-8", errors="surrogateescape")
     monkeypatch.setattr(sys, "stdin", stdin)
@@ -350,7 +326,6 @@ def test_perplexity_refuses_invalid_utf8_on_stdin_with_a_message(model_dir, caps
     assert err.startswith("error: ") and "UTF-8" in err
 
 
-@pytest.mark.xfail(strict=True, reason=f"{ISSUE}: a NaN max_score is accepted and disables the cut")
 @pytest.mark.parametrize("bound", ["max_score", "min_score"])
 def test_select_refuses_a_nan_bound(bound):
     ds = Dataset.from_dict({"id": ["a", "b"], "ifd": [0.5, 2.0]})
@@ -358,7 +333,6 @@ def test_select_refuses_a_nan_bound(bound):
         select(ds, "ifd", **{bound: float("nan")})
 
 
-@pytest.mark.xfail(strict=True, reason=f"{ISSUE}: --max-score nan is accepted and disables the cut")
 def test_select_command_refuses_a_nan_max_score(tmp_path, capsys):
     data = write_jsonl(tmp_path / "rows.jsonl", instruction_rows(2))
     scores = write_jsonl(tmp_path / "scores.jsonl", [{"id": "r0", "score": 0.5}, {"id": "r1", "score": 2.0}])
@@ -372,35 +346,30 @@ def test_select_command_refuses_a_nan_max_score(tmp_path, capsys):
     assert "nan" in capsys.readouterr().err.lower()
 
 
-@pytest.mark.xfail(strict=True, reason=f"{ISSUE}: a template without {{input}} silently drops the input")
 def test_a_template_without_input_is_refused_for_rows_with_an_input(model, tokenizer):
     with pytest.raises(ValueError, match=r"\{input\}"):
         compute_ifd(["Translate.", "Translate."], ["Bonjour.", "Bonjour."], ["Good morning.", "Hello."],
                     template="Q: {instruction}\nA: ", model=model, tokenizer=tokenizer)
 
 
-@pytest.mark.xfail(strict=True, reason=f"{ISSUE}: a reverse_template without {{output}} is accepted")
 def test_a_reverse_template_without_output_is_refused(model, tokenizer):
     with pytest.raises(ValueError, match=r"\{output\}"):
         compute_ifd(["Say hi."], ["Hi!"], direction="reverse", reverse_template="Write the instruction: ",
                     model=model, tokenizer=tokenizer)
 
 
-@pytest.mark.xfail(strict=True, reason=f"{ISSUE}: ifd_column='ppl_direct' silently loses the IFD column")
 def test_add_ifd_column_refuses_output_names_that_collide(model, tokenizer):
     ds = Dataset.from_dict({"instruction": ["Say hi."], "input": [""], "output": ["Hi!"]})
     with pytest.raises(ValueError, match="ppl_direct"):
         add_ifd_column(ds, ifd_column="ppl_direct", model=model, tokenizer=tokenizer)
 
 
-@pytest.mark.xfail(strict=True, reason=f"{ISSUE}: bf16 speed is judged by a CPU flag, not measured; the timing "
-                                       "function hf_adapters.cpu_kernels.measure_bfloat16_speedup is proposed")
 def test_bfloat16_slower_than_float32_here_warns_with_the_measured_ratio(monkeypatch, tokenizer):
     from hf_adapters import cpu_kernels
 
     # Proposed: the speed-up of bfloat16 over float32 on the model's own shapes, measured once per process.
-    monkeypatch.setattr(cpu_kernels, "measure_bfloat16_speedup", lambda *args, **kwargs: 0.54, raising=False)
-    for cached in ("measure_bfloat16_speedup", "warn_emulated_bfloat16", "bfloat16_speedup"):
+    monkeypatch.setattr(cpu_kernels, "bfloat16_speedup", lambda *args, **kwargs: 0.54)
+    for cached in ("warn_slow_bfloat16",):
         getattr(getattr(cpu_kernels, cached, None), "cache_clear", lambda: None)()
     model = build_model(len(tokenizer), seed=3).to(torch.bfloat16)
     with warnings.catch_warnings(record=True) as caught:
@@ -413,7 +382,6 @@ def test_bfloat16_slower_than_float32_here_warns_with_the_measured_ratio(monkeyp
 # ---------------------------------------------------------------------------------- 3. jobs that never finish
 
 
-@pytest.mark.xfail(strict=True, reason=f"{ISSUE}: word perplexity is math.exp(nll / words): OverflowError")
 def test_perplexity_of_a_long_text_without_white_space_gives_inf_word_perplexity(tmp_path, model_dir, capsys):
     path = tmp_path / "zho.txt"
     path.write_text(LONG_CJK, encoding="utf-8")
@@ -422,7 +390,6 @@ def test_perplexity_of_a_long_text_without_white_space_gives_inf_word_perplexity
     assert word.lower() in ("inf", "infinity")
 
 
-@pytest.mark.xfail(strict=True, reason=f"{ISSUE}: corpus perplexity is math.exp(...): OverflowError")
 def test_corpus_perplexity_past_float_range_is_inf(model, tokenizer):
     sharp = copy.deepcopy(model)
     with torch.no_grad():
@@ -432,7 +399,6 @@ def test_corpus_perplexity_past_float_range_is_inf(model, tokenizer):
     assert result["corpus_perplexity"] == math.inf
 
 
-@pytest.mark.xfail(strict=True, reason=f"{ISSUE}: a score job with stride dies on the word perplexity overflow")
 def test_a_score_job_with_stride_finishes_on_text_without_white_space(tmp_path, model_dir):
     data = write_jsonl(tmp_path / "rows.jsonl", [{"id": "zh", "text": LONG_CJK}, {"id": "en", "text": "Cats."}])
     config = write_config(tmp_path / "ppl.yaml",
@@ -443,8 +409,6 @@ def test_a_score_job_with_stride_finishes_on_text_without_white_space(tmp_path, 
     assert all(math.isfinite(line["score"]) for line in read_jsonl(output))
 
 
-@pytest.mark.xfail(strict=True, reason=f"{ISSUE}: Dataset.map takes the token-loss column type from the first "
-                                       "batch of empty lists")
 def test_token_loss_columns_survive_a_first_batch_of_empty_rows(model, tokenizer):
     ds = Dataset.from_dict({"text": [""] * 1000 + ["The quick brown fox."]})
     scored = add_perplexity_column(ds, text_column="text", return_token_losses=True, model=model,
@@ -453,8 +417,6 @@ def test_token_loss_columns_survive_a_first_batch_of_empty_rows(model, tokenizer
     assert scored[0]["token_losses"] == []
 
 
-@pytest.mark.xfail(strict=True, reason=f"{ISSUE}: Dataset.map takes the turn_ifd column type from the first "
-                                       "batch of empty lists")
 def test_turn_ifd_survives_a_first_batch_of_unscorable_conversations(model, tokenizer, caplog):
     no_assistant = [{"role": "user", "content": "Hello?"}]
     ds = Dataset.from_dict({"messages": [no_assistant] * 1000 + [CONVERSATIONS[0]]})
@@ -464,7 +426,6 @@ def test_turn_ifd_survives_a_first_batch_of_unscorable_conversations(model, toke
     assert scored[0]["turn_ifd"] == []
 
 
-@pytest.mark.xfail(strict=True, reason=f"{ISSUE}: with stride, max_length is not capped at the model's positions")
 def test_perplexity_with_stride_caps_max_length_at_the_model_positions(tmp_path, model_dir, tokenizer, capsys):
     text = " ".join(["The quick brown fox jumps over the lazy dog."] * 80)
     assert len(tokenizer(text).input_ids) > 600  # longer than the model's 512 positions
@@ -477,8 +438,6 @@ def test_perplexity_with_stride_caps_max_length_at_the_model_positions(tmp_path,
     assert "Item" not in err
 
 
-@pytest.mark.xfail(strict=True, reason=f"{ISSUE}: --stride 0 means --max-length on the command line but is "
-                                       "refused by the metric")
 def test_stride_zero_has_one_meaning_on_the_command_line_and_in_the_metric(tmp_path, model_dir, capsys):
     import evaluate
 

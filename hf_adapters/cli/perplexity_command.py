@@ -55,8 +55,9 @@ def run(args: argparse.Namespace) -> int:
     print(format_table(["token perplexity", "word perplexity", "byte perplexity", "bits per byte"],
                        [[result["corpus_perplexity"], result["word_perplexity"], result["byte_perplexity"],
                          result["bits_per_byte"]]]))
-    if empty := [path for path, tokens in zip(args.files, result["token_counts"], strict=True) if not tokens]:
-        print(f"\n{len(empty)} file(s) had no text to score: {', '.join(empty)}", file=sys.stderr)
+    empty = [path for path, tokens in zip(args.files, result["token_counts"], strict=True) if not tokens]
+    for path in empty:
+        print(f"{path}: no tokens to score (the file holds no text)", file=sys.stderr)
     return 1 if len(empty) == len(texts) else 0
 
 
