@@ -148,6 +148,7 @@ def test_whole_run_writes_the_markdown_report_naming_machine_kernels_and_targets
     monkeypatch.setattr(run, "matmul_peak", lambda dtype, **kwargs: 1e9)
     monkeypatch.setattr(run, "attention_peak", lambda shape, **kwargs: 5e8)
     monkeypatch.setattr(run, "cpu_has_native_bfloat16", lambda: native_bfloat16)
+    monkeypatch.setattr(run, "bfloat16_speedup", lambda model: 2.0 if native_bfloat16 else 0.14)
     output = tmp_path / "RESULTS.md"
     run.main(["--data", str(tmp_path / "missing.json"), "--parity-data", str(tmp_path / "missing.jsonl"),
               "--limit", "4", "--perplexity-limit", "3", "--parity-ids", "2", "--output", str(output)])
