@@ -19,7 +19,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from datasets import Dataset, DatasetDict
+from datasets import Dataset, DatasetDict, IterableDataset, IterableDatasetDict
 from datasets.fingerprint import Hasher, generate_random_fingerprint
 
 from .backends import BackendOptions
@@ -41,8 +41,11 @@ from .scorers.base import ModelRowScorer
 
 logger = logging.getLogger(__name__)
 
+#: What the helpers take and return: a data set in memory or a stream, whole or split by split.
+AnyDataset = Dataset | DatasetDict | IterableDataset | IterableDatasetDict
 
-def check_columns(ds: Dataset, columns: list[str]) -> None:
+
+def check_columns(ds: Dataset | IterableDataset, columns: list[str]) -> None:
     """Raise a ValueError naming the first of ``columns`` that ``ds`` lacks."""
     for column in columns:
         if column not in ds.column_names:
@@ -83,18 +86,20 @@ def output_names(scorer: RowScorer, names: Mapping[str, str] | None) -> dict[str
 
 
 def add_score_columns(
-    ds: Dataset | DatasetDict,
+    ds: AnyDataset,
     scorer: RowScorer,
     *,
     names: Mapping[str, str] | None = None,
     desc: str | None = None,
     **map_kwargs: Any,
-) -> Dataset | DatasetDict:
+) -> AnyDataset:
     """Return ``ds`` with ``scorer``'s output columns added (renamed by ``names``: output -> column).
 
     ``map_kwargs`` go to ``Dataset.map`` (``load_from_cache_file``, ``new_fingerprint`` ...);
     ``num_proc`` above 1 is ignored with a warning (forked copies of a process that has run torch
-    can deadlock). A 0-row data set gets the columns, empty.
+    can deadlock). A 0-row data set gets the columns, empty. A stream (``IterableDataset``, e.g.
+    ``load_dataset(..., streaming=True)``) gets its columns lazily: each batch is scored as it is
+    read, with the same values as in memory, and nothing is cached.
 
     Example:
         >>> from datasets import Dataset
@@ -106,13 +111,27 @@ def add_score_columns(
         [True]
     """
     names = output_names(scorer, names)
-    scorer.use_columns(ds.column_names if isinstance(ds, Dataset) else next(iter(ds.values())).column_names)
-    if isinstance(ds, DatasetDict):
-        return DatasetDict({split: add_score_columns(part, scorer, names=names, desc=desc, **map_kwargs)
-                            for split, part in ds.items()})
-    check_columns(ds, scorer.source_columns)
-    features = ds.features.copy()
-    features.update({names[output]: feature for output, feature in scorer.output_features().items()})
+    if isinstance(ds, (DatasetDict, IterableDatasetDict)):
+        return type(ds)({split: add_score_columns(part, scorer, names=names, desc=desc, **map_kwargs)
+                         for split, part in ds.items()})
+    if ds.column_names is not None:  # a stream whose first file has not been read may not know its columns
+        scorer.use_columns(ds.column_names)
+        check_columns(ds, scorer.source_columns)
+    features = None
+    if ds.features is not None:
+        features = ds.features.copy()
+        features.update({names[output]: feature for output, feature in scorer.output_features().items()})
+
+    def score(batch: Mapping[str, list], indices: list[int]) -> dict[str, list]:
+        if ds.column_names is None:
+            scorer.use_columns(list(batch))
+        return {names[output]: values for output, values in scorer(batch, indices).items()}
+
+    if isinstance(ds, IterableDataset):
+        if unknown := sorted(set(map_kwargs) - STREAM_MAP_KEYWORDS):
+            raise ValueError(f"{unknown} do not apply to a stream (IterableDataset.map takes "
+                             f"{sorted(STREAM_MAP_KEYWORDS)}): nothing of a stream is cached.")
+        return ds.map(score, batched=True, with_indices=True, features=features, **map_kwargs)
     if ds.num_rows == 0:  # map calls the scorer on no batch: add its columns, empty
         ds = ds.remove_columns([column for column in names.values() if column in ds.column_names])
         for column in names.values():
@@ -125,11 +144,11 @@ def add_score_columns(
                        "of a process that has run torch can deadlock).", kwargs["num_proc"])
         kwargs.pop("num_proc")
     kwargs.setdefault("new_fingerprint", result_fingerprint(ds, scorer, names))
-
-    def score(batch: Mapping[str, list], indices: list[int]) -> dict[str, list]:
-        return {names[output]: values for output, values in scorer(batch, indices).items()}
-
     return ds.map(score, batched=True, with_indices=True, **kwargs)
+
+
+#: The keyword arguments of ``IterableDataset.map`` a helper passes on to a stream.
+STREAM_MAP_KEYWORDS = frozenset({"batch_size", "drop_last_batch", "remove_columns"})
 
 
 @functools.cache
@@ -151,7 +170,7 @@ def scorer_for(cls: type[ModelRowScorer], caller: str, options: Mapping[str, Any
 
 @takes_options(BackendOptions, PerplexityOptions)
 def add_perplexity_column(
-    ds: Dataset | DatasetDict,
+    ds: AnyDataset,
     *,
     text_column: str | None = None,
     messages_column: str | None = None,
@@ -160,7 +179,7 @@ def add_perplexity_column(
     output_column: str = "output",
     column: str = "perplexity",
     **options: Any,
-) -> Dataset | DatasetDict:
+) -> AnyDataset:
     """Return ``ds`` with a ``column`` of per-row perplexities (with ``stride``: of every token, in
     rolling windows of at most ``max_length`` tokens).
 
@@ -195,7 +214,7 @@ def add_perplexity_column(
 
 @takes_options(BackendOptions, IFDOptions)
 def add_ifd_column(
-    ds: Dataset | DatasetDict,
+    ds: AnyDataset,
     *,
     instruction_column: str = "instruction",
     input_column: str | None = "input",
@@ -205,7 +224,7 @@ def add_ifd_column(
     conditional_column: str = "ppl_conditional",
     direct_column: str = "ppl_direct",
     **options: Any,
-) -> Dataset | DatasetDict:
+) -> AnyDataset:
     """Return ``ds`` with IFD columns: ``ifd``, ``ppl_conditional`` (PPL(A|Q)) and ``ppl_direct`` (PPL(A)).
 
     Same definition and numbers as :func:`hf_adapters.ifd.compute_ifd`; ``input_column=None`` for
@@ -241,13 +260,13 @@ def add_ifd_column(
 
 @takes_options(BackendOptions, InformationParityOptions)
 def add_information_parity_column(
-    ds: Dataset | DatasetDict,
+    ds: AnyDataset,
     *,
     prediction_column: str,
     reference_column: str,
     column: str = "information_parity",
     **options: Any,
-) -> Dataset | DatasetDict:
+) -> AnyDataset:
     """Return ``ds`` with a ``column`` of per-row Information Parity NLL(``reference_column``) /
     NLL(``prediction_column``), NaN where either text is empty. The options are those of
     :class:`~hf_adapters.information_parity.InformationParityOptions` and
@@ -267,14 +286,14 @@ def add_information_parity_column(
 
 
 def add_ifeval_columns(
-    ds: Dataset | DatasetDict,
+    ds: AnyDataset,
     *,
     response_column: str = "response",
     instruction_ids_column: str = "instruction_id_list",
     kwargs_column: str = "kwargs",
     prefix: str = "ifeval_",
     **map_kwargs: Any,
-) -> Dataset | DatasetDict:
+) -> AnyDataset:
     """Return ``ds`` with four IFEval columns: ``{prefix}strict`` and ``{prefix}loose`` (one bool per
     instruction), ``{prefix}prompt_strict`` and ``{prefix}prompt_loose`` (all instructions of the row
     followed). Arrow turns each kwargs dict into a struct with every key present, absent ones
@@ -290,7 +309,8 @@ def add_ifeval_columns(
     """
     scorer = IFEvalScorer(response_column=response_column, instruction_ids_column=instruction_ids_column,
                           kwargs_column=kwargs_column)
-    splits = ds.values() if isinstance(ds, DatasetDict) else [ds]
+    splits = [split for split in (ds.values() if isinstance(ds, (DatasetDict, IterableDatasetDict)) else [ds])
+              if split.column_names is not None]
     for column in scorer.source_columns:
         if any(column not in split.column_names for split in splits):
             raise ValueError(f"column {column!r} not found; available: {sorted(next(iter(splits)).column_names)}")
