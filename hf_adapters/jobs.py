@@ -8,9 +8,16 @@ chunks once, when the job starts; each run splits the chunks still to do into co
 one per process, so a job may resume with any number of processes and any batch size (neither
 changes a score). A process appends a chunk's lines and fsyncs them before starting the next
 chunk; after a kill, a torn chunk at the end of a part is dropped and scored again. When every
-chunk is done, process 0 merges them in input order into ``OUTPUT.tmp``, renames that onto
-``OUTPUT``, renames the manifest to ``complete.json`` and removes the work directory, that record
-last: a run that finds it (a kill during the cleanup) does no work.
+chunk is done, process 0 merges them in input order into ``OUTPUT.tmp`` (JSONL, or a folder of
+Parquet shards), renames that onto ``OUTPUT``, records the manifest as ``complete.json`` and
+removes the work directory, that record last: a run that finds it (a kill during the cleanup)
+does no work.
+
+A stream (an ``IterableDataset``) has no length and no random access: every process reads it from
+the start, in chunks, scores the chunks that are its own (chunk number modulo the number of
+processes) and are not done yet, and checks each chunk's rows just before scoring it. Process 0
+writes the row count to ``rows.json`` when it reaches the end (before its last, partial chunk),
+so the merge, and a rerun, know where the data ends.
 """
 
 from __future__ import annotations
@@ -31,13 +38,14 @@ from typing import Any
 import torch
 from accelerate import PartialState
 from accelerate.utils import broadcast_object_list
-from datasets import Dataset
+from datasets import Dataset, IterableDataset
 from tqdm.auto import tqdm
 
 from .columns import add_score_columns
 from .json_values import json_safe, to_json_value
 from .options import DEFAULT_BATCH_SIZE
 from .output_paths import check_output_path
+from .score_files import SCORE, OutputFormat, check_parquet_folder, count_valid, records, write_output
 from .scorers import RowScorer, build_scorer
 from .scorers.base import row_name
 
@@ -47,6 +55,8 @@ MANIFEST = "manifest.json"
 #: The manifest, renamed once ``OUTPUT`` is in place: the output is this job's, complete.
 COMPLETE = "complete.json"
 LOCK = "lock"
+#: Written by the process that reaches the end of a stream: how many rows it has.
+STREAM_ROWS = "rows.json"
 #: Chunk size for scorers whose config has no ``batch_size``.
 DEFAULT_CHUNK_SIZE = DEFAULT_BATCH_SIZE
 #: Rows converted to dicts at a time when checking a data set before scoring.
@@ -138,24 +148,27 @@ def score_chunk(scorer: RowScorer, rows: Sequence[Mapping[str, Any]], offset: in
 
 
 def run_scoring_job(
-    dataset: Dataset,
+    dataset: Dataset | IterableDataset,
     scorer: RowScorer,
     output_path: str | Path,
     *,
     overwrite: bool = False,
     progress: bool = True,
     data_fingerprint: str | None = None,
+    output: OutputFormat | None = None,
 ) -> JobSummary:
     """Score every row of ``dataset`` into ``output_path`` (JSONL ``{"id": ..., "score": ...}`` in input
-    order, NaN as ``null``), sharded over the processes of ``accelerate launch`` and resumable.
+    order, NaN as ``null``; ``output`` chooses Parquet shards, and the rows' own columns), sharded over
+    the processes of ``accelerate launch`` and resumable.
 
     Rerunning an interrupted job with the same arguments continues where it stopped and gives the
     same file as an uninterrupted run, whatever the number of processes or the batch size of the
     rerun. Partial results of a different job (another scorer config or other data) raise a
     ``JobConflictError`` unless ``overwrite`` is set.
-    ``data_fingerprint`` identifies the data (default: ``dataset._fingerprint``); the command line
-    passes a hash of the input file. Every row is checked with ``scorer.check_rows`` before any is
-    scored. The output file appears only once complete. Every process returns the same summary.
+    ``data_fingerprint`` identifies the data (default: ``dataset._fingerprint``; a stream needs
+    one); the command line passes a hash of the input files. Every row of a ``Dataset`` is checked
+    with ``scorer.check_rows`` before any is scored; a stream's rows are checked chunk by chunk. The
+    output appears only once complete. Every process returns the same summary.
 
     Example:
         >>> from hf_adapters.data_io import read_rows
@@ -166,17 +179,26 @@ def run_scoring_job(
         1000 rows, 998 valid scores, 41.5 rows/s
     """
     started = time.perf_counter()
-    check_output_path(output_path)
-    state = PartialState()
-    dataset = dataset.with_format(None)
+    output = output or OutputFormat()
     output_path = Path(output_path)
-    work_dir = work_dir_for(output_path)
-    num_rows = len(dataset)
+    if output.kind == "parquet":
+        check_parquet_folder(output_path)
+    else:
+        check_output_path(output_path)
+    state = PartialState()
+    streaming = isinstance(dataset, IterableDataset)
+    if streaming and data_fingerprint is None:
+        raise ValueError("A stream has no fingerprint: pass `data_fingerprint` (what identifies its data) to make "
+                         "the job resumable.")
+    dataset = dataset if streaming else dataset.with_format(None)
     chunk_size = int(scorer.config.get("batch_size") or DEFAULT_CHUNK_SIZE)
-
-    scorer.use_columns(dataset.column_names)
-    for start in range(0, num_rows, CHECK_CHUNK_SIZE):
-        scorer.check_rows(_rows(dataset, start, min(start + CHECK_CHUNK_SIZE, num_rows)), start)
+    if dataset.column_names is not None:
+        scorer.use_columns(dataset.column_names)
+        if output.keep_columns and SCORE in dataset.column_names:
+            raise ValueError(f"The data has a column {SCORE!r}: with keep_columns the score would replace it.")
+    if not streaming:
+        for start in range(0, len(dataset), CHECK_CHUNK_SIZE):
+            scorer.check_rows(_rows(dataset, start, min(start + CHECK_CHUNK_SIZE, len(dataset))), start)
     scorer.prepare()  # a model that fails to load leaves no work directory behind
 
     # Batch size and process count are not part of the job: scores do not depend on them.
@@ -184,59 +206,92 @@ def run_scoring_job(
         "scorer": {key: value for key, value in scorer.fingerprint().items() if key != "batch_size"},
         "model": scorer.model_identity(),
         "data": data_fingerprint or dataset._fingerprint,
-        "rows": num_rows,
+        "rows": None if streaming else len(dataset),
         "chunk_size": chunk_size,
     }
-    with _job_lock(work_dir, state):
-        return _run_locked(dataset, scorer, output_path, _jsonable(manifest), overwrite, progress, started)
+    with _job_lock(work_dir_for(output_path), state):
+        return _run_locked(dataset, scorer, output_path, _jsonable(manifest), overwrite, progress, started, output)
 
 
-def _run_locked(dataset: Dataset, scorer: RowScorer, output_path: Path, manifest: dict[str, Any], overwrite: bool,
-                progress: bool, started: float) -> JobSummary:
+def _run_locked(dataset: Dataset | IterableDataset, scorer: RowScorer, output_path: Path, manifest: dict[str, Any],
+                overwrite: bool, progress: bool, started: float, output: OutputFormat) -> JobSummary:
     state = PartialState()
-    work_dir, num_rows = work_dir_for(output_path), manifest["rows"]
-    decision, chunk_size = _open_work_dir(work_dir, output_path, manifest, overwrite, state)
+    work_dir = work_dir_for(output_path)
+    decision, chunk_size = _open_work_dir(work_dir, output_path, manifest, overwrite, state, output)
     if decision == "complete":
         valid = None
         if state.is_main_process:
             logger.info("%s is already this job's complete output; finishing its cleanup.", output_path)
+            rows = json.loads((work_dir / COMPLETE).read_text(encoding="utf-8"))["total_rows"]
             _remove_work_dir(work_dir)
-            with open(output_path, encoding="utf-8") as handle:
-                valid = sum(json.loads(line)["score"] is not None for line in handle)
+            valid = (rows, count_valid(output_path, output))
         [valid] = broadcast_object_list([valid]) if state.num_processes > 1 else [valid]
-        return JobSummary(num_rows, valid, time.perf_counter() - started, 0)
+        return JobSummary(valid[0], valid[1], time.perf_counter() - started, 0)
 
-    # Process 0 cuts every part back to its complete chunks and says which chunks are left.
-    todo = _recover(work_dir, num_rows, chunk_size) if state.is_main_process else None
-    [todo] = broadcast_object_list([todo]) if state.num_processes > 1 else [todo]
-    already = num_rows - sum(len(_chunk_rows(chunk, num_rows, chunk_size)) for chunk in todo)
+    # Process 0 cuts every part back to its complete chunks and says which are done.
+    num_rows = manifest["rows"] if manifest["rows"] is not None else _stream_rows(work_dir)
+    done = _recover(work_dir, num_rows, chunk_size) if state.is_main_process else None
+    [done] = broadcast_object_list([done]) if state.num_processes > 1 else [done]
+    already = sum(len(_chunk_rows(chunk, num_rows, chunk_size)) for chunk in done)
     if already and state.is_main_process:
-        logger.info("resuming: %d of %d rows already scored", already, num_rows)
+        logger.info("resuming: %d of %s rows already scored", already, "?" if num_rows is None else num_rows)
     state.wait_for_everyone()
 
-    mine = [todo[i] for i in shard_range(len(todo), 1, state.process_index, state.num_processes)]
     part = work_dir / f"rank-{state.process_index:05d}.jsonl"
-    bar = tqdm(total=sum(len(_chunk_rows(chunk, num_rows, chunk_size)) for chunk in mine), unit="row",
+    mine = _my_chunks(dataset, done, num_rows, chunk_size, work_dir, state)
+    bar = tqdm(total=None if isinstance(dataset, IterableDataset) else num_rows - already, unit="row",
                disable=not (progress and state.is_main_process),
                desc="Scoring" if state.num_processes == 1 else f"Scoring (process 0 of {state.num_processes})")
     with open(part, "ab") as handle, bar:
-        for chunk in mine:
-            span = _chunk_rows(chunk, num_rows, chunk_size)
-            rows = _rows(dataset, span.start, span.stop)
-            scores = score_chunk(scorer, rows, span.start)
+        for start, rows in mine:
+            if isinstance(dataset, IterableDataset):
+                scorer.check_rows(rows, start)
+            scores = score_chunk(scorer, rows, start)
             handle.write(b"".join(_part_line(i, row.get("id", ""), score)
-                                  for i, (row, score) in enumerate(zip(rows, scores, strict=True), span.start)))
+                                  for i, (row, score) in enumerate(zip(rows, scores, strict=True), start)))
             handle.flush()
             os.fsync(handle.fileno())
-            bar.update(len(span))
+            bar.update(len(rows))
     (work_dir / f"rank-{state.process_index:05d}.done").touch()
 
     _wait_for_parts(work_dir, state.num_processes)
+    num_rows = manifest["rows"] if manifest["rows"] is not None else _stream_rows(work_dir)
     valid = None
     if state.is_main_process:
-        valid = _merge(work_dir, output_path, num_rows, chunk_size)
+        valid = _merge(work_dir, output_path, num_rows, chunk_size, output, dataset)
     [valid] = broadcast_object_list([valid]) if state.num_processes > 1 else [valid]
     return JobSummary(num_rows, valid, time.perf_counter() - started, num_rows - already)
+
+
+def _my_chunks(dataset: Dataset | IterableDataset, done: set[int], num_rows: int | None, chunk_size: int,
+               work_dir: Path, state: PartialState) -> Iterator[tuple[int, list[dict[str, Any]]]]:
+    """(first row index, rows) of each chunk this process scores: of a ``Dataset``, a contiguous run of
+    the chunks still to do; of a stream, read from the start, the chunks not done whose number modulo
+    the process count is this process's rank."""
+    if isinstance(dataset, Dataset):
+        todo = [chunk for chunk in range(math.ceil(num_rows / chunk_size)) if chunk not in done]
+        for chunk in (todo[i] for i in shard_range(len(todo), 1, state.process_index, state.num_processes)):
+            span = _chunk_rows(chunk, num_rows, chunk_size)
+            yield span.start, _rows(dataset, span.start, span.stop)
+        return
+    start = 0
+    for chunk, batch in enumerate(dataset.iter(batch_size=chunk_size)):
+        rows = [dict(zip(batch, values, strict=True)) for values in zip(*batch.values(), strict=True)]
+        if len(rows) < chunk_size and state.is_main_process:  # the end: say where it is before scoring it
+            _write_atomically(work_dir / STREAM_ROWS, json.dumps({"rows": start + len(rows)}))
+        if chunk not in done and chunk % state.num_processes == state.process_index:
+            yield start, rows
+        start += len(rows)
+    if state.is_main_process:
+        _write_atomically(work_dir / STREAM_ROWS, json.dumps({"rows": start}))
+
+
+def _stream_rows(work_dir: Path) -> int | None:
+    """A stream's row count, once a process has read to its end; None before."""
+    try:
+        return int(json.loads((work_dir / STREAM_ROWS).read_text(encoding="utf-8"))["rows"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def score_dataset(
@@ -319,11 +374,11 @@ def _job_lock(work_dir: Path, state: PartialState) -> Iterator[None]:
 
 
 def _open_work_dir(work_dir: Path, output_path: Path, manifest: dict[str, Any], overwrite: bool,
-                   state: PartialState) -> tuple[str, int]:
+                   state: PartialState, output: OutputFormat) -> tuple[str, int]:
     """Process 0 decides between starting afresh, resuming, finding the job complete and refusing;
     every process follows. Returns ``"fresh"``, ``"resume"`` or ``"complete"``, and the chunk size
     in force: the one the job started with, whatever the batch size of this run."""
-    decision = _decide(work_dir, output_path, manifest, overwrite) if state.is_main_process else None
+    decision = _decide(work_dir, output_path, manifest, overwrite, output) if state.is_main_process else None
     if state.num_processes > 1:
         [decision] = broadcast_object_list([decision])
     if not isinstance(decision, tuple):
@@ -341,12 +396,13 @@ def _same_job(old: Mapping[str, Any], manifest: Mapping[str, Any]) -> bool:
     return all(old.get(key) == manifest[key] for key in ("scorer", "model", "data", "rows"))
 
 
-def _decide(work_dir: Path, output_path: Path, manifest: dict[str, Any], overwrite: bool) -> tuple[str, int] | str:
+def _decide(work_dir: Path, output_path: Path, manifest: dict[str, Any], overwrite: bool,
+            output: OutputFormat) -> tuple[str, int] | str:
     """``("fresh" | "resume" | "complete", chunk size)`` (complete: a kill interrupted the cleanup after
     the output was in place), or the message refusing to mix with another job's results."""
     try:
         old = json.loads((work_dir / COMPLETE).read_text(encoding="utf-8"))
-        if _same_job(old, manifest) and output_path.is_file():
+        if _same_job(old, manifest) and output.is_complete(output_path):
             return "complete", old["chunk_size"]
     except (OSError, ValueError, KeyError):
         pass
@@ -381,11 +437,13 @@ def _write_atomically(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def _chunk_rows(chunk: int, num_rows: int, chunk_size: int) -> range:
-    return range(chunk * chunk_size, min((chunk + 1) * chunk_size, num_rows))
+def _chunk_rows(chunk: int, num_rows: int | None, chunk_size: int) -> range:
+    """The rows of a chunk (of a stream whose end is not known yet, a whole chunk's)."""
+    stop = (chunk + 1) * chunk_size
+    return range(chunk * chunk_size, stop if num_rows is None else min(stop, num_rows))
 
 
-def _part_chunks(path: Path, num_rows: int, chunk_size: int) -> tuple[dict[int, list[dict[str, Any]]], int]:
+def _part_chunks(path: Path, num_rows: int | None, chunk_size: int) -> tuple[dict[int, list[dict[str, Any]]], int]:
     """The complete chunks a part file holds (a process writes whole chunks, in any order), and the
     byte offset where the last of them ends: anything after it is a torn write."""
     chunks: dict[int, list[dict[str, Any]]] = {}
@@ -401,7 +459,7 @@ def _part_chunks(path: Path, num_rows: int, chunk_size: int) -> tuple[dict[int, 
                 break
             index = record["i"]
             expected = block[-1]["i"] + 1 if block else index - index % chunk_size
-            if index != expected or not 0 <= index < num_rows:
+            if index != expected or index < 0 or (num_rows is not None and index >= num_rows):
                 break
             block.append(record)
             offset += len(line)
@@ -411,9 +469,9 @@ def _part_chunks(path: Path, num_rows: int, chunk_size: int) -> tuple[dict[int, 
     return chunks, keep
 
 
-def _recover(work_dir: Path, num_rows: int, chunk_size: int) -> list[int]:
+def _recover(work_dir: Path, num_rows: int | None, chunk_size: int) -> set[int]:
     """Cut every part back to its complete chunks, drop the last run's done markers, and return the
-    chunks no part holds."""
+    chunks the parts hold."""
     done: set[int] = set()
     for part in sorted(work_dir.glob("rank-*.jsonl")):
         chunks, keep = _part_chunks(part, num_rows, chunk_size)
@@ -424,7 +482,7 @@ def _recover(work_dir: Path, num_rows: int, chunk_size: int) -> list[int]:
                 os.fsync(handle.fileno())
     for marker in work_dir.glob("rank-*.done"):
         marker.unlink()
-    return [chunk for chunk in range(math.ceil(num_rows / chunk_size)) if chunk not in done]
+    return done
 
 
 def _wait_for_parts(work_dir: Path, world_size: int) -> None:
@@ -435,27 +493,30 @@ def _wait_for_parts(work_dir: Path, world_size: int) -> None:
     PartialState().wait_for_everyone()
 
 
-def _merge(work_dir: Path, output_path: Path, num_rows: int, chunk_size: int) -> int:
-    """Write every chunk of every part, in input order, to ``OUTPUT.tmp``, rename it onto ``OUTPUT``;
-    return the valid count."""
+def _merge(work_dir: Path, output_path: Path, num_rows: int, chunk_size: int, output: OutputFormat,
+           dataset: Dataset | IterableDataset) -> int:
+    """Write every chunk of every part, in input order (with the rows' own columns when ``output`` keeps
+    them, read again from ``dataset``), to the output; then mark the job complete and clean up.
+    Returns the valid count."""
     chunks: dict[int, list[dict[str, Any]]] = {}
     for part in sorted(work_dir.glob("rank-*.jsonl")):
         chunks.update(_part_chunks(part, num_rows, chunk_size)[0])
     if missing := [chunk for chunk in range(math.ceil(num_rows / chunk_size)) if chunk not in chunks]:
         raise RuntimeError(f"The parts in {work_dir} lack {len(missing)} chunk(s), the first at row "
                            f"{missing[0] * chunk_size}.")
-    output_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = output_path.with_name(output_path.name + ".tmp")
-    valid = 0
-    with open(tmp, "w", encoding="utf-8") as out:
-        for chunk in sorted(chunks):
-            for record in chunks[chunk]:
-                out.write(json.dumps({"id": record["id"], "score": record["score"]}, ensure_ascii=False) + "\n")
-                valid += record["score"] is not None
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(tmp, output_path)
-    os.replace(work_dir / MANIFEST, work_dir / COMPLETE)
+    scored = (record for chunk in sorted(chunks) for record in chunks[chunk])
+    rows = schema = None
+    if output.keep_columns:
+        rows = (row for batch in dataset.iter(batch_size=CHECK_CHUNK_SIZE)
+                for row in (dict(zip(batch, values, strict=True)) for values in zip(*batch.values(), strict=True)))
+        if output.kind == "parquet" and dataset.features is not None:
+            import pyarrow as pa
+
+            schema = dataset.features.arrow_schema.append(pa.field(SCORE, pa.float64()))
+    valid = write_output(output_path, output, records(scored, rows), schema)
+    manifest = json.loads((work_dir / MANIFEST).read_text(encoding="utf-8"))
+    _write_atomically(work_dir / COMPLETE, json.dumps({**manifest, "total_rows": num_rows}))
+    (work_dir / MANIFEST).unlink()
     _remove_work_dir(work_dir)
     return valid
 

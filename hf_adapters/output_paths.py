@@ -2,23 +2,34 @@
 
 from __future__ import annotations
 
+import fnmatch
+import glob
 import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from .score_files import check_parquet_folder
 
-def check_output_path(output_path: str | Path, inputs: Mapping[str, str | Path | None] | None = None) -> None:
+
+def check_output_path(output_path: str | Path, inputs: Mapping[str, str | Path | None] | None = None, *,
+                      folder: bool = False) -> None:
     """Refuse, before any work, an output that would destroy something or could not be written: an
-    existing path that is not a regular file (a directory, a FIFO, a device), one that is or lies
-    inside an input (``inputs``: what each is -> its path, such as ``{"data": ..., "config": ...}``;
-    links followed), or whose folder is a file or is not writable. Raises a ValueError."""
+    existing path that is not a regular file (a directory, a FIFO, a device; with ``folder``, one
+    that is not a folder of Parquet shards), one that is or lies inside an input (``inputs``: what
+    each is -> its path, such as ``{"data": ..., "config": ...}``; links followed), or whose folder
+    is a file or is not writable. Raises a ValueError."""
     output = Path(output_path).absolute()
-    if output.exists() and not output.is_file():
+    if folder:
+        check_parquet_folder(output)
+    elif output.exists() and not output.is_file():
         raise ValueError(f"The output {output} exists and is not a regular file (a directory, FIFO or device); "
                          "refusing to replace it.")
     target = output.resolve()
     for what, source in (inputs or {}).items():
-        if source is None or not Path(source).exists():
+        if source is not None and glob.has_magic(str(source)) and \
+                fnmatch.fnmatch(str(target), str(Path(source).expanduser().absolute())):
+            raise ValueError(f"The output {output} matches the input {what} {source}; a rerun would read it as data.")
+        if source is None or not Path(source).exists():  # a glob or a hub id: nothing there to destroy
             continue
         source = Path(source).resolve()
         if target == source:
