@@ -26,8 +26,7 @@ def check_output_path(output_path: str | Path, inputs: Mapping[str, str | Path |
                          "refusing to replace it.")
     target = output.resolve()
     for what, source in (inputs or {}).items():
-        if source is not None and glob.has_magic(str(source)) and \
-                fnmatch.fnmatch(str(target), str(Path(source).expanduser().absolute())):
+        if source is not None and glob.has_magic(str(source)) and _matches(target, str(source)):
             raise ValueError(f"The output {output} matches the input {what} {source}; a rerun would read it as data.")
         if source is None or not Path(source).exists():  # a glob or a hub id: nothing there to destroy
             continue
@@ -44,3 +43,9 @@ def check_output_path(output_path: str | Path, inputs: Mapping[str, str | Path |
         raise ValueError(f"The output {output} cannot be created: {folder} is a file, not a folder.")
     if not os.access(folder, os.W_OK | os.X_OK):
         raise ValueError(f"The output {output} cannot be written: no permission to write in {folder}.")
+
+
+def _matches(path: Path, pattern: str) -> bool:
+    """Whether ``path`` is one of the files the glob ``pattern`` names (``*`` within one folder, ``**`` across)."""
+    pattern = str(Path(pattern).expanduser().absolute())
+    return fnmatch.fnmatch(str(path), pattern) if "**" in pattern else path.match(pattern)
