@@ -4,6 +4,7 @@ one-at-a-time reference that every batched score is compared against, and the ex
 from __future__ import annotations
 
 import copy
+import json
 import math
 import weakref
 from collections import OrderedDict
@@ -87,6 +88,26 @@ def load_calls(model, tokenizer, monkeypatch):
 
     monkeypatch.setattr(hf_models, "load_model", fake_load_model)
     return calls
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory, model, tokenizer) -> str:
+    """The tiny model (512 positions) and its tokenizer saved as a local folder, as ``--model`` takes it."""
+    folder = tmp_path_factory.mktemp("tiny-model")
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    """``rows`` as a JSONL file at ``path``."""
+    path.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
+    return path
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """The rows of a JSONL file."""
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 @pytest.fixture(scope="session")

@@ -14,15 +14,11 @@ from datasets import Dataset
 from hf_adapters import cli
 from hf_adapters.data_io import data_fingerprint, read_rows
 from hf_adapters.jobs import run_scoring_job, work_dir_for
+from tests.conftest import write_jsonl
 from tests.test_jobs import CrashAfter, LengthRatioScorer, expected_lines, make_rows
 from tests.test_score_command import OutputLengthScorer, config  # noqa: F401  (registers the scorer)
 
 ROWS = [{"id": f"r{i:02d}", "instruction": "Repeat.", "input": "", "output": "ab" * (i % 3)} for i in range(23)]
-
-
-def write_jsonl(path, rows):
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
-    return path
 
 
 @pytest.fixture

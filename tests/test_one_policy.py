@@ -26,7 +26,7 @@ from datasets import Dataset, DatasetDict
 from hf_adapters import add_ifd_column, clear_model_cache, compute_ifd, select
 from hf_adapters import models as hf_models
 from hf_adapters.cli import main
-from tests.conftest import build_model
+from tests.conftest import build_model, read_jsonl, write_jsonl
 from tests.spaces_fixtures import app_fixture, tiny_model_dir_fixture  # noqa: F401  (fixtures)
 
 ISSUE = "issue: one policy"
@@ -36,23 +36,6 @@ GOOD = [{"role": "user", "content": "Write a short poem about the sea."},
         {"role": "assistant", "content": "The sea is wide and grey."}]
 NO_ASSISTANT = [{"role": "user", "content": "Hello?"}]
 
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory, model, tokenizer) -> str:
-    """The tiny model and its tokenizer saved as a local folder, as ``--model`` takes it."""
-    folder = tmp_path_factory.mktemp("tiny-model")
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return str(folder)
-
-
-def write_jsonl(path: Path, rows: list[dict]) -> Path:
-    path.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
-    return path
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 def select_files(tmp_path: Path, scores: list) -> list[str]:

@@ -32,7 +32,7 @@ from hf_adapters import (
     select,
 )
 from hf_adapters.cli import main
-from tests.conftest import build_model, build_tokenizer
+from tests.conftest import build_model, build_tokenizer, read_jsonl, write_jsonl
 
 ISSUE = "issue: round three"
 
@@ -42,23 +42,6 @@ LONG_CJK = "敏捷的棕色狐狸跳过了懒狗。猫在沙发上睡觉。" * 2
 
 # --------------------------------------------------------------------------------------------------- helpers
 
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory, model, tokenizer) -> str:
-    """The tiny model (512 positions) and its tokenizer saved as a local folder, as ``--model`` takes it."""
-    folder = tmp_path_factory.mktemp("tiny-model")
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return str(folder)
-
-
-def write_jsonl(path: Path, rows: list[dict]) -> Path:
-    path.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
-    return path
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 def write_config(path: Path, text: str) -> str:
