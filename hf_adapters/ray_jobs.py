@@ -149,8 +149,11 @@ def _set_progress(ray: Any, progress: bool) -> None:
 
     context = ray.data.DataContext.get_current()
     context.enable_progress_bars = progress
+    context.use_ray_tqdm = False  # bars drawn here, by tqdm (Ray's own are sent through worker logs)
     context.print_on_execution_start = False
     logging.getLogger("ray.data").setLevel(logging.WARNING if progress else logging.ERROR)
+    # Without a terminal, Ray Data logs its progress every 10 s instead of drawing bars.
+    logging.getLogger("ray.data._internal.progress").setLevel(logging.INFO if progress else logging.ERROR)
 
 
 def _remove_temporary(output_path: Path) -> None:
