@@ -82,19 +82,11 @@ def run_ray_scoring_job(
     dataset = dataset.with_format(None)
     check_dataset(dataset, scorer, output)
     scorer.model_identity()  # a model that cannot be found fails here, before Ray starts
-    batch_size = int(scorer.config.get("batch_size") or DEFAULT_BATCH_SIZE)
-    shipped = [column for column in dict.fromkeys([*scorer.source_columns, "id"]) if column in dataset.column_names]
     with ray_session(address) as ray:
         _set_progress(ray, progress)
-        scored = add_ray_score_columns(
-            ray.data.from_arrow(list(arrow_blocks(dataset.select_columns(shipped), num_workers, batch_size))),
-            config, num_workers=num_workers, gpus_per_worker=gpus_per_worker, names={scorer.outputs[0]: SCORE},
-            keep_columns=False,
-        ) if len(dataset) else None
-        scores = ordered_scores(scored, len(dataset)) if scored is not None else iter(())
-        ids = (row["id"] for row in iter_rows(dataset.select_columns(["id"]))) \
-            if "id" in dataset.column_names else itertools.repeat("", len(dataset))
-        items = ({"id": to_json_value(id_value), SCORE: score} for id_value, score in zip(ids, scores, strict=True))
+        scores = scores_on_ray(ray, dataset, scorer, config, num_workers, gpus_per_worker)
+        items = ({"id": to_json_value(id_value), SCORE: score}
+                 for id_value, score in zip(_ids(dataset), scores, strict=True))
         rows = iter_rows(dataset) if output.keep_columns else None
         try:
             valid = write_output(output_path, output, records(items, rows), output_schema(dataset, output))
@@ -104,6 +96,21 @@ def run_ray_scoring_job(
                 raise RayJobError(f"Scoring failed in a Ray worker: {worker_error(error)}") from None
             raise
     return JobSummary(len(dataset), valid, time.perf_counter() - started, len(dataset))
+
+
+def scores_on_ray(ray: Any, dataset: Dataset, scorer: Any, config: Mapping[str, Any], num_workers: int,
+                  gpus_per_worker: float) -> Iterator[float | None]:
+    """Each row's score, in input order, as Ray's actors return them: the rows go to Ray as Arrow
+    blocks of the columns the scorer reads (and ``id``), scored lazily as the caller iterates."""
+    if not len(dataset):
+        return iter(())
+    batch_size = int(scorer.config.get("batch_size") or DEFAULT_BATCH_SIZE)
+    shipped = [column for column in dict.fromkeys([*scorer.source_columns, "id"]) if column in dataset.column_names]
+    blocks = list(arrow_blocks(dataset.select_columns(shipped), num_workers, batch_size))
+    scored = add_ray_score_columns(ray.data.from_arrow(blocks), config, num_workers=num_workers,
+                                   gpus_per_worker=gpus_per_worker, names={scorer.outputs[0]: SCORE},
+                                   keep_columns=False)
+    return ordered_scores(scored, len(dataset))
 
 
 def arrow_blocks(dataset: Dataset, num_workers: int, batch_size: int) -> Iterator[Any]:
@@ -140,6 +147,13 @@ def worker_error(error: BaseException) -> str:
     causes = [line for line in lines if ": " in line and line.split(": ", 1)[0].rpartition(".")[2].endswith(
         ("Error", "Exception"))]
     return causes[-1] if causes else (lines[-1] if lines else type(error).__name__)
+
+
+def _ids(dataset: Dataset) -> Iterator[Any]:
+    """Each row's id, as the job writes it (``""`` for data without ids)."""
+    if "id" not in dataset.column_names:
+        return itertools.repeat("", len(dataset))
+    return (row["id"] for row in iter_rows(dataset.select_columns(["id"])))
 
 
 def _set_progress(ray: Any, progress: bool) -> None:

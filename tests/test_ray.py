@@ -167,3 +167,38 @@ def test_the_package_and_its_help_do_not_import_ray():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT)
     assert result.returncode == 0, result.stderr
     assert "--engine {accelerate,ray}" in result.stdout and "not resumable" in result.stdout
+
+
+class BatchesOf:
+    """Stands in for a scored ``ray.data.Dataset``: yields the given Arrow tables."""
+
+    def __init__(self, *tables):
+        self.tables = tables
+
+    def iter_batches(self, **_):
+        return iter(self.tables)
+
+
+def test_scores_that_come_back_out_of_order_or_short_stop_the_job():
+    import pyarrow as pa
+
+    from hf_adapters.ray_jobs import ROW_COLUMN, ordered_scores
+
+    def block(rows, scores):
+        return pa.table({ROW_COLUMN: rows, "score": scores})
+
+    assert list(ordered_scores(BatchesOf(block([0, 1], [1.5, math.nan]), block([2], [math.inf])), 3)) == \
+        [1.5, None, None]
+    with pytest.raises(RuntimeError, match="out of order"):
+        list(ordered_scores(BatchesOf(block([2], [1.0]), block([0, 1], [1.0, 2.0])), 3))
+    with pytest.raises(RuntimeError, match="returned 2 rows of 3"):
+        list(ordered_scores(BatchesOf(block([0, 1], [1.0, 2.0])), 3))
+
+
+def test_a_workers_failure_is_told_by_its_last_error_line():
+    from hf_adapters.ray_jobs import worker_error
+
+    report = ("ray::MapWorker() (pid=1, ip=1.2.3.4)\n  File \"x.py\", line 3, in f\n"
+              "OSError: Error no file named model.safetensors found in directory /models/tiny.\n")
+    assert worker_error(RuntimeError(report)) == \
+        "OSError: Error no file named model.safetensors found in directory /models/tiny."

@@ -31,7 +31,7 @@ def add_parser(subparsers) -> None:
         help="Score every row of a data set with a scorer config (resumable; runs under accelerate launch).",
         description="Score every row of a data set and write one {\"id\", \"score\"} JSON line per row, in input "
         "order (or Parquet shards). Rerun the same command to resume a killed job. For several GPUs or nodes: "
-        "accelerate launch [--num_processes N] -m hf_adapters score ...",
+        "accelerate launch [--num_processes N] -m hf_adapters score ..., or --engine ray.",
     )
     parser.add_argument("config", help="YAML scorer config, e.g. `name: PPLScorer` plus that scorer's keys")
     parser.add_argument("--data", required=True,
@@ -62,11 +62,11 @@ def add_parser(subparsers) -> None:
     ray.add_argument("--engine", choices=ENGINES, default="accelerate",
                      help="accelerate (default): this process, or one per process of accelerate launch, resumable; "
                      "ray: a pool of Ray actors, each loading the model once")
-    ray.add_argument("--num-workers", type=positive_int, default=None,
+    ray.add_argument("--num-workers", type=positive_int, default=None, metavar="N",
                      help="Ray actors scoring at once, each with its own copy of the model (default: 1)")
-    ray.add_argument("--gpus-per-worker", type=non_negative_float, default=None,
+    ray.add_argument("--gpus-per-worker", type=non_negative_float, default=None, metavar="G",
                      help="GPUs each Ray actor takes (default: 0, scoring on CPU); fractions share a GPU")
-    ray.add_argument("--ray-address", default=None,
+    ray.add_argument("--ray-address", default=None, metavar="ADDRESS",
                      help="the cluster: its head's HOST:PORT (e.g. 10.0.0.1:6379) or auto (default: $RAY_ADDRESS, "
                      "else the cluster `ray start` runs on this machine, else a new local one)")
     parser.set_defaults(run=run)
