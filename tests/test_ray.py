@@ -147,6 +147,15 @@ def test_options_that_make_no_sense_together_are_refused(config, rows, tmp_path,
     check_error(capsys, score(config, rows, tmp_path / "o.jsonl", *flags), message)
 
 
+def test_the_ray_engine_refuses_to_run_under_accelerate_launch():
+    from hf_adapters.cli.score_command import check_engine_options
+
+    args = cli.build_parser().parse_args(["score", "c.yaml", "--data", "d.jsonl", "--output", "o.jsonl",
+                                          "--engine", "ray"])
+    with pytest.raises(ValueError, match=r"not under accelerate launch \(2 processes\)"):
+        check_engine_options(args, num_processes=2)
+
+
 def test_zero_workers_is_an_argument_error(config, rows, tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_:
         score(config, rows, tmp_path / "o.jsonl", "--engine", "ray", "--num-workers", "0")
