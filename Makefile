@@ -41,6 +41,7 @@ bench: install
 	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE-1} $(PY) -m benchmarks.run --data ../shared/data/alpaca_cherry_5pct.json \
 		--conversation-data ../shared/data/mtbench_gpt4_reference.jsonl \
 		--rolling-data ../shared/data/tinyshakespeare.txt --output benchmarks/RESULTS.md
+	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE-1} $(PY) -m benchmarks.scaleout --output benchmarks/SCALEOUT.md
 
 # Our IFD and perplexity conventions against the peers' own scripts. PEERS holds checkouts of
 # Cherry_LLM, Superfiltering and OpenDataArena-Tool (how to get them: benchmarks/peers.py); they are

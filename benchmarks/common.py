@@ -92,3 +92,27 @@ def machine_description(device: torch.device) -> str:
     return (f"{cpu_name()} ({platform.machine()}, {os.cpu_count()} logical CPUs, {torch.get_num_threads()} torch "
             f"threads, {torch.backends.cpu.get_cpu_capability()}), {platform.system()} {platform.release()}, "
             f"Python {platform.python_version()}, torch {torch.__version__}")
+
+
+def tiny_model_dir(folder: str | Path, texts: Sequence[str], seed: int = 0) -> str:
+    """A tiny random Llama (2 layers, 64 wide) and a byte-level BPE tokenizer trained on ``texts``,
+    saved with ``save_pretrained`` into ``folder``: a model path a config can name, loaded in
+    milliseconds, so that timings show the engine's costs rather than the model's."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    backend = Tokenizer(models.BPE())
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<eos>", "<bos>", "<pad>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    backend.train_from_iterator(texts, trainer)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<eos>", bos_token="<bos>",
+                                        pad_token="<pad>")
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                         tie_word_embeddings=False)
+    LlamaForCausalLM(config).eval().save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)

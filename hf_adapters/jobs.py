@@ -192,13 +192,7 @@ def run_scoring_job(
                          "the job resumable.")
     dataset = dataset if streaming else dataset.with_format(None)
     chunk_size = int(scorer.config.get("batch_size") or DEFAULT_CHUNK_SIZE)
-    if dataset.column_names is not None:
-        scorer.use_columns(dataset.column_names)
-        if output.keep_columns and SCORE in dataset.column_names:
-            raise ValueError(f"The data has a column {SCORE!r}: with keep_columns the score would replace it.")
-    if not streaming:
-        for start in range(0, len(dataset), CHECK_CHUNK_SIZE):
-            scorer.check_rows(_rows(dataset, start, min(start + CHECK_CHUNK_SIZE, len(dataset))), start)
+    check_dataset(dataset, scorer, output)
     scorer.prepare()  # a model that fails to load leaves no work directory behind
 
     # Batch size and process count are not part of the job: scores do not depend on them.
@@ -261,6 +255,25 @@ def _run_locked(dataset: Dataset | IterableDataset, scorer: RowScorer, output_pa
         valid = _merge(work_dir, output_path, num_rows, chunk_size, output, dataset)
     [valid] = broadcast_object_list([valid]) if state.num_processes > 1 else [valid]
     return JobSummary(num_rows, valid, time.perf_counter() - started, num_rows - already)
+
+
+def check_dataset(dataset: Dataset | IterableDataset, scorer: RowScorer, output: OutputFormat) -> None:
+    """Before anything is scored: adapt ``scorer`` to the data's columns, refuse a ``score`` column
+    that ``output`` would overwrite, and check every row of a ``Dataset`` with ``scorer.check_rows``
+    (a ValueError names the first bad row). A stream's rows are checked as they are read."""
+    if dataset.column_names is not None:
+        scorer.use_columns(dataset.column_names)
+        if output.keep_columns and SCORE in dataset.column_names:
+            raise ValueError(f"The data has a column {SCORE!r}: with keep_columns the score would replace it.")
+    if isinstance(dataset, Dataset):
+        for start in range(0, len(dataset), CHECK_CHUNK_SIZE):
+            scorer.check_rows(_rows(dataset, start, min(start + CHECK_CHUNK_SIZE, len(dataset))), start)
+
+
+def iter_rows(dataset: Dataset | IterableDataset) -> Iterator[dict[str, Any]]:
+    """Every row of ``dataset`` as a dict, in order, read a chunk of columns at a time."""
+    for batch in dataset.iter(batch_size=CHECK_CHUNK_SIZE):
+        yield from (dict(zip(batch, values, strict=True)) for values in zip(*batch.values(), strict=True))
 
 
 def _my_chunks(dataset: Dataset | IterableDataset, done: set[int], num_rows: int | None, chunk_size: int,
@@ -507,18 +520,24 @@ def _merge(work_dir: Path, output_path: Path, num_rows: int, chunk_size: int, ou
     scored = (record for chunk in sorted(chunks) for record in chunks[chunk])
     rows = schema = None
     if output.keep_columns:
-        rows = (row for batch in dataset.iter(batch_size=CHECK_CHUNK_SIZE)
-                for row in (dict(zip(batch, values, strict=True)) for values in zip(*batch.values(), strict=True)))
-        if output.kind == "parquet" and dataset.features is not None:
-            import pyarrow as pa
-
-            schema = dataset.features.arrow_schema.append(pa.field(SCORE, pa.float64()))
+        rows = iter_rows(dataset)
+        schema = output_schema(dataset, output)
     valid = write_output(output_path, output, records(scored, rows), schema)
     manifest = json.loads((work_dir / MANIFEST).read_text(encoding="utf-8"))
     _write_atomically(work_dir / COMPLETE, json.dumps({**manifest, "total_rows": num_rows}))
     (work_dir / MANIFEST).unlink()
     _remove_work_dir(work_dir)
     return valid
+
+
+def output_schema(dataset: Dataset | IterableDataset, output: OutputFormat) -> Any:
+    """The Parquet schema of an output keeping the rows' columns: theirs and a float64 ``score``;
+    None for other outputs, or a stream whose features are not known."""
+    if not (output.keep_columns and output.kind == "parquet" and dataset.features is not None):
+        return None
+    import pyarrow as pa
+
+    return dataset.features.arrow_schema.append(pa.field(SCORE, pa.float64()))
 
 
 def _remove_work_dir(work_dir: Path) -> None:

@@ -22,6 +22,17 @@ def positive_int(text: str) -> int:
     return value
 
 
+def non_negative_float(text: str) -> float:
+    """An argument that must be a number of at least 0 (a fraction of a GPU, say)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of at least 0, got {text}")
+    return value
+
+
 def add_model_arguments(parser: argparse.ArgumentParser, *, overrides: bool = False, device: bool = True) -> None:
     """``--model``, ``--dtype``, ``--batch-size`` (and ``--device``); with ``overrides`` they default
     to the config's values and say so."""

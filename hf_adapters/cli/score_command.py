@@ -1,7 +1,8 @@
 """``hf-adapters score CONFIG.yaml --data DATA --output FILE``: score a data set with a scorer config.
 
 Runs unchanged under ``accelerate launch`` (one shard per process) and resumes where a killed run
-stopped; see ``hf_adapters.jobs``.
+stopped; see ``hf_adapters.jobs``. With ``--engine ray`` a pool of Ray actors scores the rows
+instead, on a cluster or on this machine (not resumable); see ``hf_adapters.ray_jobs``.
 """
 
 from __future__ import annotations
@@ -11,7 +12,17 @@ import sys
 
 from ..data_io import LOADERS
 from ..score_files import OUTPUT_FORMATS, OutputFormat
-from .arguments import add_model_arguments, add_progress_argument, hide_library_progress, positive_int
+from .arguments import (
+    add_model_arguments,
+    add_progress_argument,
+    hide_library_progress,
+    non_negative_float,
+    positive_int,
+)
+
+#: The engines that run a scoring job: our own chunk runner (one process, or one per process of
+#: ``accelerate launch``), or a pool of Ray actors.
+ENGINES = ("accelerate", "ray")
 
 
 def add_parser(subparsers) -> None:
@@ -20,7 +31,7 @@ def add_parser(subparsers) -> None:
         help="Score every row of a data set with a scorer config (resumable; runs under accelerate launch).",
         description="Score every row of a data set and write one {\"id\", \"score\"} JSON line per row, in input "
         "order (or Parquet shards). Rerun the same command to resume a killed job. For several GPUs or nodes: "
-        "accelerate launch [--num_processes N] -m hf_adapters score ...",
+        "accelerate launch [--num_processes N] -m hf_adapters score ..., or --engine ray.",
     )
     parser.add_argument("config", help="YAML scorer config, e.g. `name: PPLScorer` plus that scorer's keys")
     parser.add_argument("--data", required=True,
@@ -45,7 +56,37 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--overwrite", action="store_true",
                         help="discard partial results of a different job instead of refusing to mix with them")
     add_progress_argument(parser)
+    ray = parser.add_argument_group("Ray engine", "score on a Ray cluster (pip install 'hf_adapters[ray]'): same rows, "
+                                    "order and scores as the default engine, but not resumable (a killed job starts "
+                                    "again; Ray retries failed tasks itself)")
+    ray.add_argument("--engine", choices=ENGINES, default="accelerate",
+                     help="accelerate (default): this process, or one per process of accelerate launch, resumable; "
+                     "ray: a pool of Ray actors, each loading the model once")
+    ray.add_argument("--num-workers", type=positive_int, default=None, metavar="N",
+                     help="Ray actors scoring at once, each with its own copy of the model (default: 1)")
+    ray.add_argument("--gpus-per-worker", type=non_negative_float, default=None, metavar="G",
+                     help="GPUs each Ray actor takes (default: 0, scoring on CPU); fractions share a GPU")
+    ray.add_argument("--ray-address", default=None, metavar="ADDRESS",
+                     help="the cluster: its head's HOST:PORT (e.g. 10.0.0.1:6379) or auto (default: $RAY_ADDRESS, "
+                     "else the cluster `ray start` runs on this machine, else a new local one)")
     parser.set_defaults(run=run)
+
+
+def check_engine_options(args: argparse.Namespace, num_processes: int) -> None:
+    """Refuse options that make no sense together, before anything is read."""
+    given = {"--num-workers": args.num_workers, "--gpus-per-worker": args.gpus_per_worker,
+             "--ray-address": args.ray_address}
+    ray_only = [flag for flag, value in given.items() if value is not None]
+    if args.engine != "ray":
+        if ray_only:
+            raise ValueError(f"{', '.join(ray_only)}: only with --engine ray.")
+        return
+    if args.streaming:
+        raise ValueError("--streaming does not apply to --engine ray: the rows are read and checked first, then "
+                         "handed to Ray. Leave out --streaming (or use the default engine to stream).")
+    if num_processes > 1:
+        raise ValueError(f"--engine ray runs from one process, not under accelerate launch ({num_processes} "
+                         "processes): start the command directly; Ray spreads the work over its workers.")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -61,11 +102,15 @@ def run(args: argparse.Namespace) -> int:
         hide_library_progress()
     state = PartialState()
     try:
+        check_engine_options(args, state.num_processes)
         output = OutputFormat(args.output_format, args.keep_columns, args.rows_per_shard)
         inputs = {"data": args.data, "config": args.config}
         check_output_path(args.output, inputs, folder=output.kind == "parquet")
-        scorer = build_scorer(load_config(args.config), model=args.model, batch_size=args.batch_size,
-                              dtype=args.dtype)
+        overrides = {"model": args.model, "batch_size": args.batch_size, "dtype": args.dtype}
+        config = {**load_config(args.config), **{key: value for key, value in overrides.items() if value is not None}}
+        scorer = build_scorer(config)
+        if args.engine == "ray":
+            return run_on_ray(args, config, output)
         with state.local_main_process_first():  # one process per node fills datasets' cache
             dataset = read_rows(args.data, split=args.split, streaming=args.streaming)
         fingerprint = data_fingerprint(args.data, args.split) if state.is_main_process else None
@@ -80,4 +125,21 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if state.is_main_process:
         print(summary)
+    return 0
+
+
+def run_on_ray(args: argparse.Namespace, config: dict, output: OutputFormat) -> int:
+    """The job on Ray (the config and output already checked); prints the summary."""
+    from ..data_io import read_rows
+    from ..ray_jobs import RayJobError, run_ray_scoring_job
+
+    dataset = read_rows(args.data, split=args.split)
+    try:
+        summary = run_ray_scoring_job(dataset, config, args.output, num_workers=args.num_workers or 1,
+                                      gpus_per_worker=args.gpus_per_worker or 0, address=args.ray_address,
+                                      progress=args.progress, output=output)
+    except RayJobError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    print(summary)
     return 0

@@ -1,0 +1,178 @@
+"""Score a data set into an output file on a Ray cluster: the scoring job of ``hf-adapters score
+--engine ray``.
+
+The rows are read and checked here, exactly as :func:`hf_adapters.jobs.run_scoring_job` does, then
+handed to Ray as Arrow tables that carry each row's index; a pool of actors scores them
+(:mod:`hf_adapters.ray_scoring`) and this process writes the scores, in input order, with the
+job's own writer: the output appears whole or not at all. Not resumable: a killed job starts
+again from the first row (Ray retries failed tasks itself).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import shutil
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from datasets import Dataset
+
+from .jobs import JobSummary, check_dataset, iter_rows, output_schema, work_dir_for
+from .json_values import json_safe, to_json_value
+from .options import DEFAULT_BATCH_SIZE
+from .output_paths import check_output_path
+from .ray_scoring import ROW_COLUMN, add_ray_score_columns
+from .score_files import SCORE, OutputFormat, check_parquet_folder, records, write_output
+from .scorers import build_scorer
+
+#: Blocks (Ray's unit of work) per worker the rows are cut into, so that the workers share them out.
+BLOCKS_PER_WORKER = 8
+#: Most batches in one block.
+MAX_BATCHES_PER_BLOCK = 64
+
+
+class RayJobError(RuntimeError):
+    """Scoring failed in a Ray worker (a model that does not load, an error in a batch)."""
+
+
+def run_ray_scoring_job(
+    dataset: Dataset,
+    config: Mapping[str, Any],
+    output_path: str | Path,
+    *,
+    num_workers: int = 1,
+    gpus_per_worker: float = 0,
+    address: str | None = None,
+    progress: bool = True,
+    output: OutputFormat | None = None,
+) -> JobSummary:
+    """Score every row of ``dataset`` with the scorer ``config`` names, on ``num_workers`` Ray actors
+    with ``gpus_per_worker`` GPUs each, into ``output_path``: the same file, row for row, as
+    :func:`~hf_adapters.jobs.run_scoring_job` writes (JSONL ``{"id", "score"}`` in input order;
+    ``output`` chooses Parquet shards and the rows' own columns).
+
+    Connects to the Ray cluster at ``address`` (see :func:`hf_adapters.ray_cluster.connect`; a local
+    one it starts stops at the end). Every row is checked before Ray starts; an unreachable cluster
+    or workers it cannot place are a ``RayClusterError`` (a ValueError), a failure in a worker a
+    :class:`RayJobError`. Nothing is written under ``output_path`` until every row is scored.
+
+    Example:
+        >>> from hf_adapters.data_io import read_rows
+        >>> from hf_adapters.ray_jobs import run_ray_scoring_job
+        >>> config = {"name": "PPLScorer", "batch_size": 8}
+        >>> print(run_ray_scoring_job(read_rows("rows.jsonl"), config, "scores.jsonl", num_workers=2))  # doctest: +SKIP
+        1000 rows, 998 valid scores, 85.0 rows/s
+    """
+    from .ray_cluster import ray_session
+
+    started = time.perf_counter()
+    output = output or OutputFormat()
+    output_path = Path(output_path)
+    if output.kind == "parquet":
+        check_parquet_folder(output_path)
+    else:
+        check_output_path(output_path)
+    if work_dir_for(output_path).exists():
+        raise ValueError(f"{work_dir_for(output_path)} holds the partial results of a job run without Ray; finish "
+                         "it (rerun it without --engine ray) or remove that folder first.")
+    scorer = build_scorer(config)
+    dataset = dataset.with_format(None)
+    check_dataset(dataset, scorer, output)
+    scorer.model_identity()  # a model that cannot be found fails here, before Ray starts
+    with ray_session(address) as ray:
+        _set_progress(ray, progress)
+        scores = scores_on_ray(ray, dataset, scorer, config, num_workers, gpus_per_worker)
+        items = ({"id": to_json_value(id_value), SCORE: score}
+                 for id_value, score in zip(_ids(dataset), scores, strict=True))
+        rows = iter_rows(dataset) if output.keep_columns else None
+        try:
+            valid = write_output(output_path, output, records(items, rows), output_schema(dataset, output))
+        except BaseException as error:
+            _remove_temporary(output_path)
+            if isinstance(error, ray.exceptions.RayError):
+                raise RayJobError(f"Scoring failed in a Ray worker: {worker_error(error)}") from None
+            raise
+    return JobSummary(len(dataset), valid, time.perf_counter() - started, len(dataset))
+
+
+def scores_on_ray(ray: Any, dataset: Dataset, scorer: Any, config: Mapping[str, Any], num_workers: int,
+                  gpus_per_worker: float) -> Iterator[float | None]:
+    """Each row's score, in input order, as Ray's actors return them: the rows go to Ray as Arrow
+    blocks of the columns the scorer reads (and ``id``), scored lazily as the caller iterates."""
+    if not len(dataset):
+        return iter(())
+    batch_size = int(scorer.config.get("batch_size") or DEFAULT_BATCH_SIZE)
+    shipped = [column for column in dict.fromkeys([*scorer.source_columns, "id"]) if column in dataset.column_names]
+    blocks = list(arrow_blocks(dataset.select_columns(shipped), num_workers, batch_size))
+    scored = add_ray_score_columns(ray.data.from_arrow(blocks), config, num_workers=num_workers,
+                                   gpus_per_worker=gpus_per_worker, names={scorer.outputs[0]: SCORE},
+                                   keep_columns=False)
+    return ordered_scores(scored, len(dataset))
+
+
+def arrow_blocks(dataset: Dataset, num_workers: int, batch_size: int) -> Iterator[Any]:
+    """The rows as Arrow tables of whole batches, each with a :data:`ROW_COLUMN` of the rows' indices:
+    about ``BLOCKS_PER_WORKER`` per worker, at most ``MAX_BATCHES_PER_BLOCK`` batches each."""
+    import pyarrow as pa
+
+    batches = math.ceil(len(dataset) / (batch_size * num_workers * BLOCKS_PER_WORKER))
+    rows_per_block = batch_size * min(max(batches, 1), MAX_BATCHES_PER_BLOCK)
+    arrow = dataset.with_format("arrow")
+    for start in range(0, len(dataset), rows_per_block):
+        stop = min(start + rows_per_block, len(dataset))
+        yield arrow[start:stop].append_column(ROW_COLUMN, pa.array(range(start, stop), pa.int64()))
+
+
+def ordered_scores(scored: Any, num_rows: int) -> Iterator[float | None]:
+    """The ``score`` of each row of the Ray data set ``scored``, as the job writes it (NaN or inf as
+    None), checked to come back in input order."""
+    expected = 0
+    for table in scored.iter_batches(batch_format="pyarrow", batch_size=None):
+        indices = table.column(ROW_COLUMN).to_pylist()
+        if indices != list(range(expected, expected + len(indices))):
+            raise RuntimeError(f"Ray returned the rows out of order (row {indices[0]} where {expected} was due).")
+        expected += len(indices)
+        yield from (json_safe(float(score)) if score is not None else None
+                    for score in table.column(SCORE).to_pylist())
+    if expected != num_rows:
+        raise RuntimeError(f"Ray returned {expected} rows of {num_rows}.")
+
+
+def worker_error(error: BaseException) -> str:
+    """What went wrong in a worker, in one line: the last ``SomeError: message`` line of Ray's report."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    causes = [line for line in lines if ": " in line and line.split(": ", 1)[0].rpartition(".")[2].endswith(
+        ("Error", "Exception"))]
+    return causes[-1] if causes else (lines[-1] if lines else type(error).__name__)
+
+
+def _ids(dataset: Dataset) -> Iterator[Any]:
+    """Each row's id, as the job writes it (``""`` for data without ids)."""
+    if "id" not in dataset.column_names:
+        return itertools.repeat("", len(dataset))
+    return (row["id"] for row in iter_rows(dataset.select_columns(["id"])))
+
+
+def _set_progress(ray: Any, progress: bool) -> None:
+    """Show Ray Data's progress bars (or not), and none of its execution plans (nor, without progress,
+    its warnings)."""
+    import logging
+
+    context = ray.data.DataContext.get_current()
+    context.enable_progress_bars = progress
+    context.use_ray_tqdm = False  # bars drawn here, by tqdm (Ray's own are sent through worker logs)
+    context.print_on_execution_start = False
+    logging.getLogger("ray.data").setLevel(logging.WARNING if progress else logging.ERROR)
+    # Without a terminal, Ray Data logs its progress every 10 s instead of drawing bars.
+    logging.getLogger("ray.data._internal.progress").setLevel(logging.INFO if progress else logging.ERROR)
+
+
+def _remove_temporary(output_path: Path) -> None:
+    temporary = output_path.with_name(output_path.name + ".tmp")
+    if temporary.is_dir():
+        shutil.rmtree(temporary, ignore_errors=True)
+    else:
+        temporary.unlink(missing_ok=True)

@@ -1,0 +1,154 @@
+"""Scores as new columns of a ``ray.data.Dataset``: ``map_batches`` over a pool of actors, each
+building the scorer of a config and loading its model once.
+
+:class:`ScoreBatches` is the Ray Data UDF; :func:`add_ray_score_columns` wires it up (order kept,
+workers checked against the cluster). Ray is imported inside the functions that need it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .options import DEFAULT_BATCH_SIZE
+
+#: The column that carries each row's index in the data through Ray (added by the scoring job):
+#: messages name rows by it, and the driver checks the order with it.
+ROW_COLUMN = "__hf_adapters_row"
+
+
+def build_worker_scorer(config: Mapping[str, Any], device: str | None = None) -> Any:
+    """The scorer of ``config``, on ``device`` when it runs a model (other scorers take no device)."""
+    from .scorers import SCORERS, ModelRowScorer, build_scorer
+
+    name = config.get("name")
+    if name == "IFDScorer" and "turns" in config:
+        name = "ConversationIFDScorer"
+    runs_model = isinstance(SCORERS.get(name), type) and issubclass(SCORERS[name], ModelRowScorer)
+    return build_scorer(config, device=device) if runs_model else build_scorer(config)
+
+
+def score_columns(scorer: Any, batch: dict[str, list], first_row: int) -> dict[str, list]:
+    """``scorer.score_batch(batch, first_row)``; on an out-of-memory error, each half separately
+    (down to one row, as the scoring job does), so no row is dropped."""
+    from .jobs import is_out_of_memory
+
+    try:
+        return scorer.score_batch(batch, first_row)
+    except RuntimeError as error:
+        count = len(next(iter(batch.values()), []))
+        if not is_out_of_memory(error) or count < 2:
+            raise
+    half = count // 2
+    first = score_columns(scorer, {key: values[:half] for key, values in batch.items()}, first_row)
+    second = score_columns(scorer, {key: values[half:] for key, values in batch.items()}, first_row + half)
+    return {output: list(first[output]) + list(second[output]) for output in first}
+
+
+class ScoreBatches:
+    """A Ray Data callable class: ``map_batches(ScoreBatches, batch_format="pyarrow", ...)`` adds a
+    scorer's output columns to each batch (an Arrow table). Each actor builds the scorer of
+    ``config`` and loads its model once.
+
+    ``names`` maps outputs to column names (default: the outputs' own); ``keep_columns=False``
+    returns only the score columns (and :data:`ROW_COLUMN`, if the batch has it); ``device``
+    (``"cpu"``) keeps the model off a GPU the worker was not given. Each batch's rows are checked
+    with the scorer's ``check_rows`` before they are scored; a missing optional column reads as None.
+
+    Example:
+        >>> import pyarrow as pa
+        >>> from hf_adapters.ray_scoring import ScoreBatches
+        >>> udf = ScoreBatches({"name": "PPLScorer", "model": "./tiny"}, names={"perplexity": "ppl"})  # doctest: +SKIP
+        >>> udf(pa.table({"instruction": ["Say hi."], "output": ["Hi!"]})).column_names  # doctest: +SKIP
+        ['instruction', 'output', 'ppl']
+    """
+
+    def __init__(self, config: Mapping[str, Any], names: Mapping[str, str] | None = None, keep_columns: bool = True,
+                 device: str | None = None):
+        from datasets import Features
+
+        from .columns import output_names
+
+        self.scorer = build_worker_scorer(config, device)
+        self.names = output_names(self.scorer, names)
+        self.types = {field.name: field.type for field in Features(self.scorer.output_features()).arrow_schema}
+        self.keep_columns = keep_columns
+        self.scorer.prepare()
+
+    def __call__(self, table: Any) -> Any:
+        import pyarrow as pa
+
+        columns = table.to_pydict()
+        count = table.num_rows
+        first_row = int(columns[ROW_COLUMN][0]) if count and ROW_COLUMN in columns else 0
+        rows = [dict(zip(columns, values, strict=True)) for values in zip(*columns.values(), strict=True)]
+        self.scorer.check_rows(rows, first_row)
+        if count:
+            missing = {column: [None] * count for column in self.scorer.source_columns if column not in columns}
+            scores = score_columns(self.scorer, {**columns, **missing}, first_row)
+        else:
+            scores = {output: [] for output in self.names}
+        if self.keep_columns:
+            result = table.drop_columns([column for column in self.names.values() if column in table.column_names])
+        else:
+            result = table.select([ROW_COLUMN] if ROW_COLUMN in table.column_names else [])
+        for output, column in self.names.items():
+            result = result.append_column(column, pa.array(list(scores[output]), type=self.types[output]))
+        return result
+
+
+def add_ray_score_columns(
+    ds: Any,
+    config: Mapping[str, Any],
+    *,
+    num_workers: int = 1,
+    gpus_per_worker: float = 0,
+    batch_size: int | None = None,
+    names: Mapping[str, str] | None = None,
+    keep_columns: bool = True,
+) -> Any:
+    """Return the ``ray.data.Dataset`` ``ds`` with the output columns of the scorer ``config`` names
+    (renamed by ``names``: output -> column), in ``ds``'s row order: lazily, like any Ray Data
+    transform. ``num_workers`` actors score it, each with its own copy of the model and
+    ``gpus_per_worker`` GPUs (0: on CPU), ``batch_size`` rows per call (default: the config's).
+
+    Connects to Ray first if this process is not connected (see
+    :func:`hf_adapters.ray_cluster.connect`), refuses workers the cluster cannot place, and turns on
+    ``preserve_order`` in ``ds``'s context. Rows are checked batch by batch in the workers, so a bad
+    row fails the run with a ``ray.exceptions.RayTaskError`` naming it (the command line checks every
+    row before it starts). On a cluster whose every CPU the workers take, a data set read from files
+    (``read_parquet`` ...) has no CPU left for its read tasks: leave one free.
+
+    Example:
+        >>> import ray
+        >>> from hf_adapters.ray_scoring import add_ray_score_columns
+        >>> ds = ray.data.from_items([{"text": "The cat sat on the mat."}])  # doctest: +SKIP
+        >>> scored = add_ray_score_columns(ds, {"name": "PerplexityScorer"}, num_workers=2)  # doctest: +SKIP
+        >>> scored.take_all()  # doctest: +SKIP
+        [{'text': 'The cat sat on the mat.', 'perplexity': 28.6}]
+    """
+    from .columns import output_names
+    from .ray_cluster import check_resources, connect, import_ray
+    from .scorers import build_scorer
+
+    if not isinstance(num_workers, int) or num_workers < 1:
+        raise ValueError(f"`num_workers` must be a positive integer, got {num_workers!r}.")
+    if not gpus_per_worker >= 0:
+        raise ValueError(f"`gpus_per_worker` must be 0 or more, got {gpus_per_worker!r}.")
+    config = {**config, **({"batch_size": batch_size} if batch_size is not None else {})}
+    scorer = build_scorer(config)  # a bad config fails here, before any worker starts
+    names = output_names(scorer, names)
+    connect()
+    check_resources(num_workers, gpus_per_worker)
+    ray = import_ray()
+    ds.context.execution_options.preserve_order = True
+    return ds.map_batches(
+        ScoreBatches,
+        batch_size=int(scorer.config.get("batch_size") or DEFAULT_BATCH_SIZE),
+        batch_format="pyarrow",
+        compute=ray.data.ActorPoolStrategy(size=num_workers),
+        num_cpus=1,
+        num_gpus=gpus_per_worker or None,
+        fn_constructor_kwargs={"config": dict(config), "names": names, "keep_columns": keep_columns,
+                               "device": None if gpus_per_worker else "cpu"},
+    )

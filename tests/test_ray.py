@@ -1,0 +1,213 @@
+"""``--engine ray`` and ``add_ray_score_columns``: a real local Ray cluster (2 CPUs) scoring with the
+tiny model gives the single-process job's output, and bad options are clear errors."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hf_adapters import cli
+from hf_adapters.ray_cluster import INSTALL_HINT
+from tests.spaces_fixtures import ROOT, tiny_model_dir_fixture  # noqa: F401  (fixture)
+
+#: Set before Ray is imported: no usage report, no auth token written to ~/.ray.
+QUIET_RAY = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
+
+
+@pytest.fixture(scope="module")
+def ray_cluster() -> Iterator[object]:
+    """A local Ray cluster of 2 CPUs for this module, whose workers import this checkout of hf_adapters."""
+    pytest.importorskip("ray")
+    saved = {name: os.environ.get(name) for name in [*QUIET_RAY, "PYTHONPATH"]}
+    os.environ.update(QUIET_RAY)
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), saved["PYTHONPATH"]]))
+    import ray
+
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+             logging_level=logging.ERROR, object_store_memory=100 * 1024**2)
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+        for name, value in saved.items():
+            os.environ.pop(name) if value is None else os.environ.__setitem__(name, value)
+
+
+@pytest.fixture
+def rows(tmp_path) -> Path:
+    """60 instruction rows (some with an input, one with an empty output) and ids, as JSONL."""
+    records = [{"id": f"row-{i}", "instruction": f"Say something about {i}.", "input": "A hint." if i % 4 == 0 else "",
+                "output": "The quick brown fox. " * (i % 5)} for i in range(60)]
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps(record) + "\n" for record in records), encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def config(tmp_path, tiny_model_dir) -> str:
+    path = tmp_path / "ppl.yaml"
+    path.write_text(f"name: PPLScorer\nmodel: {tiny_model_dir}\nbatch_size: 8\nmax_length: 64\n", encoding="utf-8")
+    return str(path)
+
+
+def score(config: str, rows: Path, output: Path, *flags: str) -> int:
+    return cli.main(["score", config, "--data", str(rows), "--output", str(output), "--no-progress", *flags])
+
+
+def assert_same_scores(lines: list[dict], reference: list[dict]) -> None:
+    assert [line["id"] for line in lines] == [line["id"] for line in reference]
+    for line, expected in zip(lines, reference, strict=True):
+        if expected["score"] is None:
+            assert line["score"] is None
+        else:
+            assert math.isclose(line["score"], expected["score"], rel_tol=1e-5), line
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def test_two_ray_workers_write_the_single_process_jobs_file(ray_cluster, config, rows, tmp_path, capsys):
+    assert score(config, rows, tmp_path / "plain.jsonl") == 0
+    assert score(config, rows, tmp_path / "ray.jsonl", "--engine", "ray", "--num-workers", "2") == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1].startswith("60 rows, 60 valid scores, ")
+    assert_same_scores(read_jsonl(tmp_path / "ray.jsonl"), read_jsonl(tmp_path / "plain.jsonl"))
+    assert sorted(path.name for path in tmp_path.iterdir() if path.name.startswith(("ray", "plain"))) == \
+        ["plain.jsonl", "ray.jsonl"]
+
+
+def test_parquet_with_the_rows_columns_equals_the_single_process_jobs(ray_cluster, config, rows, tmp_path):
+    import pyarrow.parquet as pq
+
+    flags = ["--output-format", "parquet", "--keep-columns"]
+    assert score(config, rows, tmp_path / "plain", *flags) == 0
+    assert score(config, rows, tmp_path / "ray", *flags, "--engine", "ray", "--num-workers", "1") == 0
+    plain, on_ray = pq.read_table(tmp_path / "plain"), pq.read_table(tmp_path / "ray")
+    assert on_ray.schema == plain.schema
+    assert on_ray.drop_columns(["score"]).equals(plain.drop_columns(["score"]))
+    assert_same_scores(on_ray.select(["id", "score"]).to_pylist(), plain.select(["id", "score"]).to_pylist())
+
+
+def test_the_python_entry_returns_the_score_columns_in_order(ray_cluster, tiny_model_dir):
+    from datasets import Dataset
+
+    from hf_adapters import add_perplexity_column
+    from hf_adapters.ray_scoring import add_ray_score_columns
+
+    texts = [f"Sentence number {i} is {'very ' * (i % 7)}short." for i in range(40)]
+    expected = add_perplexity_column(Dataset.from_dict({"text": texts}), text_column="text",
+                                     model_id=tiny_model_dir)["perplexity"]
+    ds = ray_cluster.data.from_items([{"text": text, "n": i} for i, text in enumerate(texts)], override_num_blocks=8)
+    config = {"name": "PerplexityScorer", "model": tiny_model_dir, "text_column": "text"}
+    scored = add_ray_score_columns(ds, config, num_workers=2, batch_size=4, names={"perplexity": "ppl"})
+    rows = scored.take_all()
+    assert [row["n"] for row in rows] == list(range(40))
+    assert list(rows[0]) == ["text", "n", "ppl"]
+    assert all(math.isclose(row["ppl"], value, rel_tol=1e-5) for row, value in zip(rows, expected, strict=True))
+
+
+def check_error(capsys, argv_result: int, pattern: str) -> None:
+    err = capsys.readouterr().err
+    assert argv_result == 2
+    assert err.startswith("error: ") and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert pattern in err, err
+
+
+def test_an_unreachable_cluster_fails_in_seconds(config, rows, tmp_path, capsys):
+    started = time.perf_counter()
+    result = score(config, rows, tmp_path / "o.jsonl", "--engine", "ray", "--ray-address", "127.0.0.1:1")
+    assert time.perf_counter() - started < 5
+    check_error(capsys, result, "Cannot reach the Ray cluster at 127.0.0.1:1 (connection refused)")
+    assert not (tmp_path / "o.jsonl").exists()
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--gpus-per-worker", "1"], "--gpus-per-worker 1 is more than any node of the Ray cluster has (0 GPUs"),
+    (["--num-workers", "3"], "3 workers need 3 CPUs; the Ray cluster has 2"),
+])
+def test_workers_the_cluster_cannot_place_are_refused(ray_cluster, config, rows, tmp_path, capsys, flags, message):
+    check_error(capsys, score(config, rows, tmp_path / "o.jsonl", "--engine", "ray", *flags), message)
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--engine", "ray", "--streaming"], "--streaming does not apply to --engine ray"),
+    (["--num-workers", "2"], "--num-workers: only with --engine ray"),
+    (["--engine", "ray", "--ray-address", "ray://head:10001"], "Ray Client addresses (ray://) are not supported"),
+])
+def test_options_that_make_no_sense_together_are_refused(config, rows, tmp_path, capsys, flags, message):
+    check_error(capsys, score(config, rows, tmp_path / "o.jsonl", *flags), message)
+
+
+def test_the_ray_engine_refuses_to_run_under_accelerate_launch():
+    from hf_adapters.cli.score_command import check_engine_options
+
+    args = cli.build_parser().parse_args(["score", "c.yaml", "--data", "d.jsonl", "--output", "o.jsonl",
+                                          "--engine", "ray"])
+    with pytest.raises(ValueError, match=r"not under accelerate launch \(2 processes\)"):
+        check_engine_options(args, num_processes=2)
+
+
+def test_zero_workers_is_an_argument_error(config, rows, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        score(config, rows, tmp_path / "o.jsonl", "--engine", "ray", "--num-workers", "0")
+    assert exit_.value.code == 2
+    assert "--num-workers: must be at least 1, got 0" in capsys.readouterr().err
+
+
+def test_without_ray_the_engine_names_the_extra_to_install(config, rows, tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` now raises ImportError
+    check_error(capsys, score(config, rows, tmp_path / "o.jsonl", "--engine", "ray"), INSTALL_HINT)
+
+
+def test_the_package_and_its_help_do_not_import_ray():
+    code = ("import sys, hf_adapters, hf_adapters.ray_jobs, hf_adapters.ray_scoring; from hf_adapters import cli\n"
+            "try:\n    cli.main(['score', '--help'])\nexcept SystemExit:\n    pass\n"
+            "assert 'ray' not in sys.modules, 'ray imported'")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    assert "--engine {accelerate,ray}" in result.stdout and "not resumable" in result.stdout
+
+
+class BatchesOf:
+    """Stands in for a scored ``ray.data.Dataset``: yields the given Arrow tables."""
+
+    def __init__(self, *tables):
+        self.tables = tables
+
+    def iter_batches(self, **_):
+        return iter(self.tables)
+
+
+def test_scores_that_come_back_out_of_order_or_short_stop_the_job():
+    import pyarrow as pa
+
+    from hf_adapters.ray_jobs import ROW_COLUMN, ordered_scores
+
+    def block(rows, scores):
+        return pa.table({ROW_COLUMN: rows, "score": scores})
+
+    assert list(ordered_scores(BatchesOf(block([0, 1], [1.5, math.nan]), block([2], [math.inf])), 3)) == \
+        [1.5, None, None]
+    with pytest.raises(RuntimeError, match="out of order"):
+        list(ordered_scores(BatchesOf(block([2], [1.0]), block([0, 1], [1.0, 2.0])), 3))
+    with pytest.raises(RuntimeError, match="returned 2 rows of 3"):
+        list(ordered_scores(BatchesOf(block([0, 1], [1.0, 2.0])), 3))
+
+
+def test_a_workers_failure_is_told_by_its_last_error_line():
+    from hf_adapters.ray_jobs import worker_error
+
+    report = ("ray::MapWorker() (pid=1, ip=1.2.3.4)\n  File \"x.py\", line 3, in f\n"
+              "OSError: Error no file named model.safetensors found in directory /models/tiny.\n")
+    assert worker_error(RuntimeError(report)) == \
+        "OSError: Error no file named model.safetensors found in directory /models/tiny."
