@@ -9,6 +9,7 @@ import logging
 from collections.abc import Sequence
 
 from . import demo_command, parity_command, perplexity_command, score_command, select_command
+from .arguments import progress_settings_kept
 
 SUBCOMMANDS = [demo_command, parity_command, perplexity_command, score_command, select_command]
 
@@ -26,4 +27,5 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     args = build_parser().parse_args(argv)
-    return args.run(args) or 0
+    with progress_settings_kept():
+        return args.run(args) or 0

@@ -7,6 +7,8 @@ Importing this module (and building the parser) imports neither torch nor transf
 from __future__ import annotations
 
 import argparse
+import contextlib
+from collections.abc import Callable, Iterator
 
 from ..options import DEFAULT_BATCH_SIZE, DEFAULT_MODEL_ID, DTYPES
 
@@ -55,10 +57,29 @@ def add_progress_argument(parser: argparse.ArgumentParser) -> None:
                         help="hide the progress bars, the model's loading bars included")
 
 
+#: How to turn back on what :func:`hide_library_progress` turned off.
+_turn_back_on: list[Callable[[], None]] = []
+
+
 def hide_library_progress() -> None:
-    """Turn off the progress bars of transformers (loading a model) and datasets (reading data)."""
+    """Turn off the progress bars of transformers (loading a model) and datasets (reading data), until
+    the command returns (:func:`progress_settings_kept`)."""
     import datasets
     import transformers
 
-    transformers.utils.logging.disable_progress_bar()
-    datasets.disable_progress_bars()
+    if transformers.utils.logging.is_progress_bar_enabled():
+        transformers.utils.logging.disable_progress_bar()
+        _turn_back_on.append(transformers.utils.logging.enable_progress_bar)
+    if not datasets.utils.are_progress_bars_disabled():
+        datasets.disable_progress_bars()
+        _turn_back_on.append(datasets.enable_progress_bars)
+
+
+@contextlib.contextmanager
+def progress_settings_kept() -> Iterator[None]:
+    """Leave the libraries' progress bars as they were before the command, in a process that goes on."""
+    try:
+        yield
+    finally:
+        while _turn_back_on:
+            _turn_back_on.pop()()

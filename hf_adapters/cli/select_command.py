@@ -11,6 +11,7 @@ from ..data_io import LOADERS, read_records, read_rows
 from ..json_values import json_safe, to_json_value
 from ..output_paths import check_output_path
 from ..selection import check_scores, selection_indices
+from .arguments import hide_library_progress
 
 
 def fraction(text: str) -> float:
@@ -44,6 +45,7 @@ def write_selected(dataset, indices: list[int], column: str, scores: list[float]
 
 
 def run(args: argparse.Namespace) -> int:
+    hide_library_progress()  # reading the rows is quick: its bars would only come before the answer
     try:
         check_output_path(args.output, {"data": args.data, "scores": args.scores})
         dataset = read_rows(args.data)
