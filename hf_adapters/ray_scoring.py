@@ -19,13 +19,11 @@ ROW_COLUMN = "__hf_adapters_row"
 
 def build_worker_scorer(config: Mapping[str, Any], device: str | None = None) -> Any:
     """The scorer of ``config``, on ``device`` when it runs a model (other scorers take no device)."""
-    from .scorers import SCORERS, ModelRowScorer, build_scorer
+    from .scorers import ModelRowScorer, build_scorer
+    from .scorers.base import scorer_class
 
-    name = config.get("name")
-    if name == "IFDScorer" and "turns" in config:
-        name = "ConversationIFDScorer"
-    runs_model = isinstance(SCORERS.get(name), type) and issubclass(SCORERS[name], ModelRowScorer)
-    return build_scorer(config, device=device) if runs_model else build_scorer(config)
+    return build_scorer(config, device=device) if issubclass(scorer_class(config), ModelRowScorer) else \
+        build_scorer(config)
 
 
 def score_columns(scorer: Any, batch: dict[str, list], first_row: int) -> dict[str, list]:

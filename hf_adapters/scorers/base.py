@@ -302,19 +302,24 @@ class ModelRowScorer(RowScorer):
         return {output: result[key] for output, key in zip(self.outputs, self.result_keys, strict=True)}
 
 
-def build_scorer(config: Mapping[str, Any], **overrides: Any) -> RowScorer:
-    """Build the scorer a config dict names; ``overrides`` that are not None replace config keys.
-
-    ``name: IFDScorer`` with a ``turns`` key names ``ConversationIFDScorer``: IFD of conversations.
-    """
-    config = dict(config)
-    name = config.pop("name", None)
+def scorer_class(config: Mapping[str, Any]) -> type[RowScorer]:
+    """The scorer class a config names. ``name: IFDScorer`` with a ``turns`` key names
+    ``ConversationIFDScorer``: IFD of conversations."""
+    name = config.get("name")
     if name == "IFDScorer" and "turns" in config:
         name = "ConversationIFDScorer"
     if name not in SCORERS:
         raise ConfigError(f"Unknown scorer name {name!r}; valid names: {sorted(SCORERS)}")
+    return SCORERS[name]
+
+
+def build_scorer(config: Mapping[str, Any], **overrides: Any) -> RowScorer:
+    """Build the scorer a config dict names (:func:`scorer_class`); ``overrides`` that are not None
+    replace config keys."""
+    cls = scorer_class(config)
+    config = {key: value for key, value in config.items() if key != "name"}
     config.update({key: value for key, value in overrides.items() if value is not None})
-    return SCORERS[name](**config)
+    return cls(**config)
 
 
 def load_config(path: str | Path) -> dict[str, Any]:
