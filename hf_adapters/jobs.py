@@ -45,7 +45,7 @@ from .columns import add_score_columns
 from .json_values import json_safe, to_json_value
 from .options import DEFAULT_BATCH_SIZE
 from .output_paths import check_output_path
-from .score_files import SCORE, OutputFormat, check_parquet_folder, count_valid, records, write_output
+from .score_files import SCORE, OutputFormat, count_valid, records, write_output
 from .scorers import RowScorer, build_scorer
 from .scorers.base import row_name
 
@@ -181,10 +181,7 @@ def run_scoring_job(
     started = time.perf_counter()
     output = output or OutputFormat()
     output_path = Path(output_path)
-    if output.kind == "parquet":
-        check_parquet_folder(output_path)
-    else:
-        check_output_path(output_path)
+    check_output_path(output_path, folder=output.kind == "parquet")
     state = PartialState()
     streaming = isinstance(dataset, IterableDataset)
     if streaming and data_fingerprint is None:

@@ -25,7 +25,7 @@ from .json_values import json_safe, to_json_value
 from .options import DEFAULT_BATCH_SIZE
 from .output_paths import check_output_path
 from .ray_scoring import ROW_COLUMN, add_ray_score_columns
-from .score_files import SCORE, OutputFormat, check_parquet_folder, records, write_output
+from .score_files import SCORE, OutputFormat, records, write_output
 from .scorers import build_scorer
 
 #: Blocks (Ray's unit of work) per worker the rows are cut into, so that the workers share them out.
@@ -71,10 +71,7 @@ def run_ray_scoring_job(
     started = time.perf_counter()
     output = output or OutputFormat()
     output_path = Path(output_path)
-    if output.kind == "parquet":
-        check_parquet_folder(output_path)
-    else:
-        check_output_path(output_path)
+    check_output_path(output_path, folder=output.kind == "parquet")
     if work_dir_for(output_path).exists():
         raise ValueError(f"{work_dir_for(output_path)} holds the partial results of a job run without Ray; finish "
                          "it (rerun it without --engine ray) or remove that folder first.")
