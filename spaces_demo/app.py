@@ -20,6 +20,7 @@ from typing import Any
 
 import gradio as gr
 import pandas as pd
+from space_generation import DEFAULT_NEW_TOKENS, MAX_NEW_TOKENS, MAX_PROMPTS, chosen_rows, generate_rows, prompt_choices
 from space_inputs import (  # noqa: F401
     IFD,
     IFD_CONVENTION_INFO,
@@ -80,11 +81,9 @@ score_ifd = functools.partial(score_with_model, IFD)
 score_information_parity = functools.partial(score_with_model, PARITY)
 
 
-def score_ifeval(text: str | None, upload: str | None, progress: Callable | None = None):
-    """IFEval strict and loose results of each row: table, summary, per-instruction chart and scored file."""
-    rows, fmt = load_rows(IFEVAL, text, upload)
-    if progress is not None:
-        progress(0, desc="Checking instructions")
+def ifeval_outputs(rows: list[dict], fmt: str, extra_summary: dict | None = None):
+    """IFEval strict and loose results of rows holding a ``response``: table, summary, per-instruction
+    chart and scored file."""
     scorer = IFEVAL.scorer()
     results = scorer.score_batch(scorer.rows_to_batch(rows))
     scores = aggregate([RowResult(tuple(row["instruction_id_list"]), tuple(strict), tuple(loose))
@@ -94,6 +93,8 @@ def score_ifeval(text: str | None, upload: str | None, progress: Callable | None
     table = pd.DataFrame({
         "row": range(1, len(rows) + 1),
         "key": [str(row.get("key", "")) for row in rows],
+        **({"prompt": [clip(row.get("prompt", ""), 40) for row in rows]} if any("prompt" in row for row in rows)
+           else {}),
         "response": [clip(row["response"], 50) for row in rows],
         "instructions": [", ".join(row["instruction_id_list"]) for row in rows],
         "strict": [" ".join(marks[s] for s in strict) for strict in results["strict"]],
@@ -106,10 +107,32 @@ def score_ifeval(text: str | None, upload: str | None, progress: Callable | None
          "follow_instruction_list_loose": loose, "follow_all_instructions_loose": all(loose)}
         for row, strict, loose in zip(rows, results["strict"], results["loose"], strict=True)
     ]
-    summary = {"rows": len(rows), "instructions": sum(len(strict) for strict in results["strict"])}
+    summary = {**(extra_summary or {}), "rows": len(rows), "instructions": sum(len(s) for s in results["strict"])}
     summary.update({name: json_safe(v) for name, v in scores.items() if isinstance(v, float)})
     summary["per_instruction"] = scores["per_instruction"]
     return table, summary, pass_rate_chart(scores["per_instruction"]), write_scored(scored, fmt, IFEVAL.name)
+
+
+def score_ifeval(text: str | None, upload: str | None, progress: Callable | None = None):
+    """IFEval strict and loose results of each pasted or uploaded row (an ``hf-adapters ifeval``
+    ``samples.jsonl`` too): table, summary, per-instruction chart and scored file."""
+    rows, fmt = load_rows(IFEVAL, text, upload)
+    if progress is not None:
+        progress(0, desc="Checking instructions")
+    return ifeval_outputs(rows, fmt)
+
+
+def generate_ifeval(key: Any, first_n: Any, max_new_tokens: Any, strip: bool, model_id: str | None,
+                    progress: Callable | None = None):
+    """Generate the loaded model's greedy responses to a chosen packaged IFEval prompt (or the first N)
+    and check them: the IFEval tab's outputs, the file in ``hf-adapters ifeval``'s samples format."""
+    rows = chosen_rows(key, first_n)
+    model_id, model, tokenizer = _model(model_id, progress)
+    if progress is not None:
+        progress(0, desc=f"Generating for {len(rows)} prompt(s)")
+    rows = generate_rows(rows, model, tokenizer, max_new_tokens, strip=bool(strip))
+    return ifeval_outputs(rows, "jsonl", {"model": model_id, "max_new_tokens": int(max_new_tokens),
+                                          "generated_tokens": sum(row["generated_tokens"] for row in rows)})
 
 
 def readable_errors(function: Callable) -> Callable:
@@ -161,6 +184,12 @@ def ifeval_handler(text, upload, progress=gr.Progress(track_tqdm=True)):  # noqa
 
 
 @readable_errors
+def ifeval_generate_handler(key, first_n, max_new_tokens, strip, model_id,
+                            progress=gr.Progress(track_tqdm=True)):  # noqa: B008
+    return generate_ifeval(key, first_n, max_new_tokens, strip, model_id, progress)
+
+
+@readable_errors
 def select_handler(scored_file, top_percent, below_one, scored_with=None):
     """The selected rows of the scored file, by the direction and convention it was scored with."""
     scored_with = scored_with or {}
@@ -176,14 +205,38 @@ def tokens_handler(text, upload, model_id, row):
 INTRO = """# hf_adapters: data-quality scores for language data
 Exact, batched scores from one causal language model: **Perplexity** of texts, **IFD**
 (Instruction-Following Difficulty) of instruction/response pairs, **Information Parity** of
-translations against a reference, and **IFEval** instruction-following checks (no model needed).
+translations against a reference, and **IFEval** instruction-following checks (no model needed; or
+generate the model's responses to IFEval prompts first).
 Paste a few rows or upload a JSONL/CSV file; an uploaded file is used instead of the text box.
 """
 
 TABS = [(PERPLEXITY, perplexity_handler), (IFD, ifd_handler), (PARITY, parity_handler), (IFEVAL, ifeval_handler)]
 
 
-def _tab(task: Task, handler: Callable, model_box: gr.Textbox | None) -> None:
+def _ifeval_generation(model_box: gr.Textbox) -> tuple[gr.Button, list]:
+    """The IFEval tab's second way in: the model in the model box answers packaged IFEval prompts.
+    Returns its button and the button's inputs; the tab wires it to its outputs."""
+    with gr.Accordion("…or generate responses with the model, then check them", open=False):
+        gr.Markdown("Greedy responses of the model in the *Model* box to IFEval prompts shipped with the library "
+                    "(one user turn of its chat template, stopping at the end of turn), checked as above: the same "
+                    "generation as `hf-adapters ifeval`. The download is in that command's `samples.jsonl` format; "
+                    "upload a `samples.jsonl` it wrote above to see its verdicts.")
+        with gr.Row():
+            choice = gr.Dropdown(prompt_choices(), value=prompt_choices()[0][1], label="IFEval prompt", scale=3,
+                                 elem_id="ifeval-prompt")
+            first_n = gr.Number(value=0, precision=0, minimum=0, maximum=MAX_PROMPTS, scale=1,
+                                label=f"…or the first N prompts (0: the chosen one; at most {MAX_PROMPTS})",
+                                elem_id="ifeval-first-n")
+        with gr.Row():
+            max_new_tokens = gr.Slider(1, MAX_NEW_TOKENS, value=DEFAULT_NEW_TOKENS, step=1,
+                                       label="Max new tokens (lm-eval's IFEval: 1280)", elem_id="ifeval-max-new-tokens")
+            strip = gr.Checkbox(value=False, label="Remove a leading <think>…</think> block (reasoning models)",
+                                elem_id="ifeval-strip-thinking")
+        button = gr.Button("Generate and check", elem_id="ifeval-generate")
+    return button, [choice, first_n, max_new_tokens, strip, model_box]
+
+
+def _tab(task: Task, handler: Callable, model_box: gr.Textbox) -> None:
     with gr.Tab(task.title, id=task.name):
         gr.Markdown(f"{task.description}\n\n**Input:** {task.help}")
         with gr.Row():
@@ -192,12 +245,13 @@ def _tab(task: Task, handler: Callable, model_box: gr.Textbox | None) -> None:
             upload = gr.File(label="…or upload a .jsonl / .csv file", file_types=[".jsonl", ".json", ".csv"],
                              scale=1, elem_id=f"{task.name}-upload")
         button = gr.Button("Score", variant="primary", elem_id=f"{task.name}-run")
+        generation = _ifeval_generation(model_box) if task is IFEVAL else None
         with gr.Row():
             summary = gr.JSON(label="Summary", elem_id=f"{task.name}-summary", scale=1)
             chart = gr.Plot(label="Chart", elem_id=f"{task.name}-chart", scale=2)
         table = gr.Dataframe(label="Scores per row", elem_id=f"{task.name}-table", interactive=False, wrap=True)
         download = gr.File(label="Scored file", elem_id=f"{task.name}-download", interactive=False)
-        inputs = [text, upload] + ([model_box] if model_box is not None else [])
+        inputs = [text, upload] + ([model_box] if task is not IFEVAL else [])
         if task is IFD:
             direction = gr.Radio(["IFD", "r-IFD"], value="IFD", elem_id="ifd-direction",
                                  label="IFD: how much the instruction helps predict the answer; r-IFD: how much "
@@ -210,6 +264,9 @@ def _tab(task: Task, handler: Callable, model_box: gr.Textbox | None) -> None:
             scored_with = gr.State(None)
             outputs.append(scored_with)
         button.click(handler, inputs=inputs, outputs=outputs, api_name=task.name)
+        if generation is not None:
+            generate, generate_inputs = generation
+            generate.click(ifeval_generate_handler, inputs=generate_inputs, outputs=outputs, api_name=False)
         if task is IFD:
             with gr.Row():
                 top = gr.Slider(1, 100, value=25, step=1, label="Keep the top % of rows by IFD", elem_id="ifd-top")
@@ -232,11 +289,11 @@ def build_demo(default_model: str = DEFAULT_MODEL_ID) -> gr.Blocks:
     """The four-tab app; each Score button is an API endpoint named after its tab."""
     with gr.Blocks(title="hf_adapters scores") as demo:
         gr.Markdown(INTRO)
-        model_box = gr.Textbox(value=default_model, label="Model for Perplexity, IFD and Information Parity",
-                               elem_id="model-id")
+        model_box = gr.Textbox(value=default_model, elem_id="model-id",
+                               label="Model for Perplexity, IFD, Information Parity and IFEval's generation")
         with gr.Tabs():
             for task, handler in TABS:
-                _tab(task, handler, model_box if task is not IFEVAL else None)
+                _tab(task, handler, model_box)
     return demo
 
 

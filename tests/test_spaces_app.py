@@ -303,3 +303,45 @@ def test_select_rows_follows_the_settings_the_file_was_scored_with(app, tiny_mod
     best_two = sorted(range(4), key=lambda i: -scores[i])[:2]
     assert [json.loads(line)["instruction"] for line in open(selected, encoding="utf-8")] == [
         rows[i]["instruction"] for i in sorted(best_two)]
+
+
+def test_the_ifeval_tab_generates_for_a_chosen_prompt_and_checks_each_instruction(app, tiny_model_dir):
+    from hf_adapters.backends import TransformersBackend
+    from hf_adapters.ifeval import compute_ifeval
+    from hf_adapters.ifeval.prompts import prompt_token_ids, read_prompts
+    from hf_adapters.models import load_model
+
+    table, summary, _, path = app.ifeval_generate_handler(1001, 0, 6, False, tiny_model_dir)
+    [row] = [row for row in read_prompts() if row["key"] == 1001]
+    backend = TransformersBackend(*load_model(tiny_model_dir))
+    tokenizer = backend.tokenizer
+    [tokens] = backend.generate(prompt_token_ids(tokenizer, [row]), max_new_tokens=6, progress=False)
+    [scored] = [json.loads(line) for line in open(path, encoding="utf-8")]
+    assert scored["key"] == 1001 and scored["response"] == tokenizer.decode(tokens, skip_special_tokens=True)
+    expected = compute_ifeval([scored["response"]], [row], detailed=True)
+    assert scored["follow_instruction_list_strict"] == expected["strict_follow_instruction_list"][0]
+    assert list(table["strict"]) == [" ".join("✓" if s else "✗" for s in expected["strict_follow_instruction_list"][0])]
+    assert summary["model"] == tiny_model_dir and summary["generated_tokens"] == len(tokens) == 6
+
+
+def test_the_ifeval_tab_generates_for_the_first_n_packaged_prompts_up_to_a_limit(app, tiny_model_dir):
+    table, summary, *_ = app.ifeval_generate_handler(None, 3, 2, False, tiny_model_dir)
+    assert list(table["key"]) == ["1000", "1001", "1005"] and summary["rows"] == 3
+    with pytest.raises(gradio.Error, match="at most 20 prompts"):
+        app.ifeval_generate_handler(None, 21, 2, False, tiny_model_dir)
+
+
+def test_an_ifeval_command_samples_file_opens_in_the_ifeval_tab(app, tiny_model_dir, tmp_path):
+    from hf_adapters import cli
+
+    output = tmp_path / "run"
+    assert cli.main(["ifeval", "--model", tiny_model_dir, "--limit", "3", "--max-new-tokens", "4",
+                     "--output", str(output), "--no-progress"]) == 0
+    samples = [json.loads(line) for line in open(output / "samples.jsonl", encoding="utf-8")]
+    table, summary, _, path = app.ifeval_handler(None, str(output / "samples.jsonl"))
+    results = json.loads((output / "results.json").read_text(encoding="utf-8"))
+    assert list(table["follow_all_instructions_strict"]) == [s["follow_all_instructions_strict"] for s in samples]
+    assert summary["prompt_level_loose_acc"] == results["prompt_level_loose_acc"]
+    rescored = [json.loads(line) for line in open(path, encoding="utf-8")]
+    assert [r["follow_instruction_list_loose"] for r in rescored] == [
+        s["follow_instruction_list_loose"] for s in samples]

@@ -24,6 +24,8 @@ from ..cpu_kernels import check_cpu_dtype, cpu_linear_kernel
 from ..likelihood import ContinuationScore, Item, PreparedItem, host_prefixes, make_batches, prepare_items
 from ..options import DEFAULT_BATCH_SIZE, check_batch_size, check_max_length
 from .base import LikelihoodBackend
+from .model_properties import model_max_length, unwrap_model
+from .transformers_generation import greedy_generate
 
 #: Largest number of scored positions sent through the output layer at once (bounds vocab memory).
 OUTPUT_CHUNK_POSITIONS = 2048
@@ -36,21 +38,6 @@ CPU_MAX_BATCH_TOKENS = 2048
 #: On the CPU an item joins a batch only if padding adds at most this fraction of the batch's length:
 #: one unpadded sequence of a few hundred tokens already keeps the cores busy, and padding is wasted work.
 CPU_MAX_PADDING = 0.1
-
-
-def unwrap_model(model):
-    """The transformers model inside a PEFT wrapper, or the model itself."""
-    return model.get_base_model() if hasattr(model, "get_base_model") else model
-
-
-def model_max_length(model: PreTrainedModel) -> int | None:
-    """The longest sequence the model's position embeddings allow, if it says."""
-    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-    for name in ("max_position_embeddings", "n_positions", "max_sequence_length"):
-        value = getattr(config, name, None)
-        if isinstance(value, int) and value > 0:
-            return value
-    return None
 
 
 def uses_varlen_attention(model: PreTrainedModel) -> bool:
@@ -285,6 +272,23 @@ class TransformersBackend(LikelihoodBackend):
                             results[item.index] = ContinuationScore(nll, len(item.targets), item.truncated)
                 bar.update(sum(len(unit.targets) for item in batch for unit in item.units))
         return results  # type: ignore[return-value]
+
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        *,
+        max_new_tokens: int,
+        stop_token_ids: Sequence[int] | None = None,
+        batch_size: int | None = None,
+        progress: bool | None = None,
+        desc: str = "Generating",
+    ) -> list[list[int]]:
+        """Greedy responses, each equal to decoding its prompt alone
+        (:func:`~hf_adapters.backends.transformers_generation.greedy_generate`); ``batch_size``
+        prompts decode together (default 16); the stop tokens default to the tokenizer's EOS and the
+        model's end of turn."""
+        return greedy_generate(self.model, self.tokenizer, prompts, max_new_tokens=max_new_tokens,
+                               stop_token_ids=stop_token_ids, batch_size=batch_size, progress=progress, desc=desc)
 
 
 def score_continuations(

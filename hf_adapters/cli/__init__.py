@@ -8,10 +8,10 @@ import argparse
 import logging
 from collections.abc import Sequence
 
-from . import demo_command, parity_command, perplexity_command, score_command, select_command
+from . import demo_command, ifeval_command, parity_command, perplexity_command, score_command, select_command
 from .arguments import progress_settings_kept
 
-SUBCOMMANDS = [demo_command, parity_command, perplexity_command, score_command, select_command]
+SUBCOMMANDS = [demo_command, ifeval_command, parity_command, perplexity_command, score_command, select_command]
 
 
 def build_parser() -> argparse.ArgumentParser:

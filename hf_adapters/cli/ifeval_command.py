@@ -1,0 +1,82 @@
+"""``hf-adapters ifeval --output DIR``: generate a response to each IFEval prompt with a model, score
+them, and write ``DIR/samples.jsonl`` and ``DIR/results.json``; print lm-eval's table.
+
+Resumable: rerun the same command after a kill and it continues with the prompts not yet generated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..ifeval.end_to_end import DEFAULT_MAX_NEW_TOKENS
+from ..options import DEFAULT_GENERATION_BATCH_SIZE, DEFAULT_MODEL_ID, DTYPES
+from .arguments import add_progress_argument, hide_library_progress, positive_int
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "ifeval", help="IFEval end to end: generate with a model, then score (resumable).",
+        description="Generate a greedy response to each IFEval prompt (one user turn of the model's chat template, "
+        "at most --max-new-tokens tokens, stopping at the end of turn), score it with the 25 instruction checks, "
+        "and write DIR/samples.jsonl (one line per prompt) and DIR/results.json (lm-eval's four accuracies, the "
+        "model's identity, the settings and the date). Rerun the same command to resume a killed run.",
+    )
+    parser.add_argument("--output", required=True, metavar="DIR", help="folder for samples.jsonl and results.json")
+    parser.add_argument("--model", default=DEFAULT_MODEL_ID,
+                        help=f"model id, local folder or .gguf file (default: {DEFAULT_MODEL_ID}, embedded offline)")
+    parser.add_argument("--data", help="an IFEval-format JSONL file (key, prompt, instruction_id_list, kwargs); "
+                        "default: the 541 prompts shipped with the package")
+    parser.add_argument("--limit", type=positive_int, help="only the first N prompts")
+    parser.add_argument("--max-new-tokens", type=positive_int, default=DEFAULT_MAX_NEW_TOKENS,
+                        help=f"most tokens generated per response (default: {DEFAULT_MAX_NEW_TOKENS}, lm-eval's)")
+    parser.add_argument("--batch-size", type=positive_int, default=DEFAULT_GENERATION_BATCH_SIZE,
+                        help="prompts decoding together; responses do not depend on it "
+                        f"(default: {DEFAULT_GENERATION_BATCH_SIZE})")
+    parser.add_argument("--strip-thinking", action="store_true",
+                        help="remove a leading <think>...</think> block before scoring (reasoning models)")
+    parser.add_argument("--dtype", choices=DTYPES, default=None,
+                        help="float32 (exact; the CPU default), bfloat16 (approximate; the GPU default) or float16")
+    parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: accelerate's device)")
+    parser.add_argument("--overwrite", action="store_true", help="discard another run's samples in DIR")
+    add_progress_argument(parser)
+    parser.set_defaults(run=run)
+
+
+def one_line(error: BaseException) -> str:
+    """The error's message on one line (the model loader lists what it tried on several)."""
+    return " ".join(line.strip() for line in str(error).splitlines() if line.strip()) or type(error).__name__
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..backends import TransformersBackend
+    from ..ifeval.end_to_end import results_table, run_ifeval, run_manifest, run_settings
+    from ..ifeval.prompts import prompts_source, read_prompts
+    from ..ifeval.registry import IFEvalInputError
+    from ..ifeval.run_folder import check_folder
+    from ..models import ModelLoadError
+
+    if not args.progress:
+        hide_library_progress()
+    try:
+        rows = read_prompts(args.data)[: args.limit]
+        data = prompts_source(args.data)
+        settings = run_settings(args.max_new_tokens, args.strip_thinking)
+        identity = TransformersBackend.identify(args.model, dtype=args.dtype, device=args.device)
+        # Refuse another run's folder before spending time on loading the model.
+        check_folder(args.output, run_manifest(identity, settings, data), args.overwrite)
+        backend = TransformersBackend.from_pretrained(args.model, dtype=args.dtype, device=args.device)
+        results = run_ifeval(backend, rows, args.output, max_new_tokens=args.max_new_tokens,
+                             batch_size=args.batch_size, strip=args.strip_thinking, data=data,
+                             overwrite=args.overwrite, progress=args.progress)
+    except (ValueError, IFEvalInputError, ModelLoadError, FileNotFoundError) as error:
+        print(f"error: {one_line(error)}", file=sys.stderr)
+        return 2
+    run_stats = results["this_run"]
+    rate = run_stats["tokens_generated"] / run_stats["seconds"] if run_stats["seconds"] else 0.0
+    print(f"ifeval: {results['prompts']} prompts, {results['instructions']} instructions; model {args.model}, "
+          f"max_new_tokens {args.max_new_tokens}; this run generated {run_stats['prompts_generated']} responses, "
+          f"{run_stats['tokens_generated']} tokens in {run_stats['seconds']:.1f} s ({rate:.1f} tokens/s)")
+    print(results_table(results))
+    print(f"\nSamples and results written to {args.output}/samples.jsonl and {args.output}/results.json")
+    return 0

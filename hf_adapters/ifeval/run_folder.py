@@ -1,0 +1,153 @@
+"""The output folder of an IFEval run, crash-safe and resumable like ``hf-adapters score``.
+
+``run.json`` says what the run is (model identity, settings, prompt file); it is written once the
+model has loaded, before any sample. ``samples.jsonl`` gets one line per prompt, appended and
+fsynced a batch at a time, so a killed run loses at most the batch in flight; a torn last line is
+dropped when the run resumes. Once every prompt has its line the file is rewritten in prompt
+order and ``results.json`` is written. A folder holding another run's samples (another model,
+other settings or another prompt file) is refused unless ``overwrite`` is set. ``run.lock`` is
+held while a run writes, so a second run on the same folder stops at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import math
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+MANIFEST = "run.json"
+SAMPLES = "samples.jsonl"
+RESULTS = "results.json"
+LOCK = "run.lock"
+
+
+class RunFolderError(ValueError):
+    """The output folder cannot be used: it holds another run's samples, or is being written."""
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a fsynced temporary file renamed over it."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def _jsonable(value: Any) -> Any:
+    return json.loads(json.dumps(value, sort_keys=True, default=str))
+
+
+def check_folder(folder: str | Path, manifest: Mapping[str, Any], overwrite: bool = False) -> None:
+    """Raise a RunFolderError unless ``folder`` is absent, empty of runs, or this run's (same manifest).
+
+    With ``overwrite``, another run's files are accepted (:func:`start` removes them)."""
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise RunFolderError(f"The output {folder} exists and is not a folder.")
+    if overwrite or not (folder / SAMPLES).exists():
+        return
+    try:
+        old = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        old = None
+    if old == _jsonable(manifest):
+        return
+    if old is None:
+        reason = f"it has no readable {MANIFEST}"
+    else:
+        changed = [name for name in ("model", "settings", "data") if old.get(name) != _jsonable(manifest).get(name)]
+        names = {"model": "model", "settings": "settings", "data": "prompt file"}
+        reason = f"its {' and '.join(names[name] for name in changed) or 'manifest'} changed"
+    raise RunFolderError(f"{folder} holds samples of another run ({reason}); rerun that run's command to resume "
+                         "it, choose another --output, or pass --overwrite to discard them.")
+
+
+@contextlib.contextmanager
+def locked(folder: str | Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``folder/run.lock`` (created with the folder) while the body runs."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / LOCK, "a+b") as handle:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RunFolderError(f"Another run is writing {folder} (it holds {folder / LOCK}).") from None
+        yield
+
+
+def start(folder: str | Path, manifest: Mapping[str, Any], overwrite: bool = False) -> list[dict[str, Any]]:
+    """Check ``folder`` (:func:`check_folder`), write the manifest, and return the samples already
+    there: none for a new run or with ``overwrite`` (the old files are removed), else the complete
+    lines of ``samples.jsonl``, its torn end cut off."""
+    folder = Path(folder)
+    check_folder(folder, manifest, overwrite)
+    manifest = _jsonable(manifest)
+    same = (folder / SAMPLES).exists() and not overwrite
+    if not same:
+        for name in (SAMPLES, RESULTS, MANIFEST):
+            (folder / name).unlink(missing_ok=True)
+    if not (folder / MANIFEST).exists():
+        write_atomically(folder / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    return recover_samples(folder / SAMPLES) if same else []
+
+
+def recover_samples(path: str | Path) -> list[dict[str, Any]]:
+    """The complete sample lines of ``path``; the file is cut back to them (a kill can tear the last line)."""
+    path = Path(path)
+    samples, keep = [], 0
+    with open(path, "rb") as handle:
+        for line in handle:
+            try:
+                record = json.loads(line) if line.endswith(b"\n") else None
+            except ValueError:
+                record = None
+            if not isinstance(record, dict) or "key" not in record or not isinstance(record.get("response"), str):
+                break
+            samples.append(record)
+            keep += len(line)
+    if path.stat().st_size != keep:
+        with open(path, "r+b") as handle:
+            handle.truncate(keep)
+            os.fsync(handle.fileno())
+    return samples
+
+
+def _line(sample: Mapping[str, Any]) -> bytes:
+    return (json.dumps(sample, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
+
+
+def append_samples(folder: str | Path, samples: Sequence[Mapping[str, Any]]) -> None:
+    """Append sample lines to ``samples.jsonl`` and fsync them."""
+    with open(Path(folder) / SAMPLES, "ab") as handle:
+        handle.write(b"".join(_line(sample) for sample in samples))
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def rewrite_samples(folder: str | Path, samples: Sequence[Mapping[str, Any]]) -> None:
+    """Replace ``samples.jsonl`` with these lines, atomically."""
+    write_atomically(Path(folder) / SAMPLES, b"".join(_line(sample) for sample in samples).decode("utf-8"))
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every NaN or infinite float replaced by None (JSON has no NaN)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Mapping):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value
+
+
+def write_results(folder: str | Path, results: Mapping[str, Any]) -> None:
+    """Write ``results.json`` atomically (NaN as null)."""
+    text = json.dumps(_finite(results), indent=2, ensure_ascii=False, allow_nan=False, default=str)
+    write_atomically(Path(folder) / RESULTS, text + "\n")

@@ -1,0 +1,199 @@
+"""``hf-adapters ifeval``: generate with a model, score, write samples and results; resume; refuse; errors."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import evaluate
+import pytest
+import torch
+
+from hf_adapters import cli
+from hf_adapters.backends import TransformersBackend
+from hf_adapters.ifeval import end_to_end
+from hf_adapters.ifeval.end_to_end import METRICS, make_sample, results_table
+from hf_adapters.ifeval.prompts import prompt_token_ids, read_prompts
+from hf_adapters.ifeval.responses import strip_thinking
+from tests.conftest import build_model, build_tokenizer
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory) -> str:
+    """A tiny random Llama and its tokenizer (no chat template: prompts are rendered as ChatML), saved."""
+    folder = tmp_path_factory.mktemp("tiny_model")
+    tokenizer = build_tokenizer()
+    build_model(len(tokenizer)).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+def run(*args: str) -> int:
+    return cli.main(["ifeval", "--no-progress", *args])
+
+
+def read_samples(folder: Path) -> list[dict]:
+    return [json.loads(line) for line in (folder / "samples.jsonl").read_text(encoding="utf-8").splitlines()]
+
+
+@pytest.fixture(scope="module")
+def finished(tiny_dir, tmp_path_factory) -> Path:
+    """One uninterrupted run: 6 prompts, 8 new tokens, batches of 4."""
+    folder = tmp_path_factory.mktemp("run") / "out"
+    assert run("--model", tiny_dir, "--limit", "6", "--max-new-tokens", "8", "--batch-size", "4",
+               "--output", str(folder)) == 0
+    return folder
+
+
+def test_writes_one_sample_per_prompt_and_the_results(finished, tiny_dir):
+    samples = read_samples(finished)
+    rows = read_prompts()[:6]
+    assert [sample["key"] for sample in samples] == [row["key"] for row in rows]
+    for sample, row in zip(samples, rows, strict=True):
+        assert sample["prompt"] == row["prompt"] and sample["instruction_id_list"] == row["instruction_id_list"]
+        assert len(sample["follow_instruction_list_strict"]) == len(row["instruction_id_list"])
+        assert sample["follow_all_instructions_loose"] == all(sample["follow_instruction_list_loose"])
+        assert sample["generated_tokens"] == 8 and sample["reached_max_new_tokens"]
+    results = json.loads((finished / "results.json").read_text(encoding="utf-8"))
+    assert results["prompts"] == 6 and results["model"]["model"] == tiny_dir
+    assert results["settings"]["max_new_tokens"] == 8 and results["settings"]["decoding"] == "greedy"
+    assert results["data"]["name"] == "packaged:ifeval_input_data.jsonl" and results["date"]
+
+
+def test_results_equal_rescoring_the_samples_with_the_evaluate_metric(finished):
+    samples = read_samples(finished)
+    results = json.loads((finished / "results.json").read_text(encoding="utf-8"))
+    rescored = evaluate.load(str(ROOT / "metrics" / "ifeval")).compute(
+        predictions=[sample["response"] for sample in samples], references=read_prompts()[:6], detailed=True)
+    assert {name: results[name] for name in METRICS} == {name: rescored[name] for name in METRICS}
+    assert [s["follow_instruction_list_strict"] for s in samples] == rescored["strict_follow_instruction_list"]
+    assert [s["follow_instruction_list_loose"] for s in samples] == rescored["loose_follow_instruction_list"]
+
+
+def test_each_response_is_greedy_decoding_of_its_prompt_alone(finished, tiny_dir):
+    backend = TransformersBackend.from_pretrained(tiny_dir)
+    tokenizer = backend.tokenizer
+    for sample, prompt in zip(read_samples(finished), prompt_token_ids(tokenizer, read_prompts()[:6]), strict=True):
+        with torch.inference_mode():
+            out = backend.model.generate(input_ids=torch.tensor([prompt]), do_sample=False, max_new_tokens=8,
+                                         attention_mask=torch.ones(1, len(prompt), dtype=torch.long))
+        assert sample["response"] == tokenizer.decode(out[0, len(prompt):], skip_special_tokens=True)
+
+
+def test_prints_the_table_the_way_lm_eval_does(finished, capsys):
+    results = json.loads((finished / "results.json").read_text(encoding="utf-8"))
+    lines = results_table(results).splitlines()
+    assert lines[0].replace(" ", "") == "|Tasks|Version|Filter|n-shot|Metric||Value||Stderr|"
+    assert lines[2].startswith("|ifeval|      4|none  |     0|inst_level_loose_acc   |↑  |")
+    assert lines[2].endswith("|±  |   N/A|")
+    assert [line.split("|")[5].strip() for line in lines[2:]] == list(METRICS)
+    assert lines[5].endswith(f"|{results['prompt_level_strict_acc_stderr']:.4f}|")
+
+
+def test_a_killed_run_resumes_with_the_prompts_not_yet_generated(finished, tiny_dir, tmp_path, monkeypatch):
+    folder = tmp_path / "out"
+    monkeypatch.setattr(end_to_end, "PROMPTS_PER_SAVE", 2)
+    calls = []
+    original = TransformersBackend.generate
+
+    def killed_after_one_save(self, prompts, **kwargs):
+        if calls:
+            raise KeyboardInterrupt
+        calls.append(len(prompts))
+        return original(self, prompts, **kwargs)
+
+    args = ["--model", tiny_dir, "--limit", "6", "--max-new-tokens", "8", "--output", str(folder)]
+    monkeypatch.setattr(TransformersBackend, "generate", killed_after_one_save)
+    with pytest.raises(KeyboardInterrupt):
+        run(*args, "--batch-size", "2")
+    assert len(read_samples(folder)) == 2 and not (folder / "results.json").exists()
+    with open(folder / "samples.jsonl", "a", encoding="utf-8") as handle:
+        handle.write('{"key": 1005, "prompt": "torn')  # the kill tore the next batch's first line
+    monkeypatch.setattr(TransformersBackend, "generate", original)
+    assert run(*args, "--batch-size", "3") == 0  # another batch size: responses do not depend on it
+    assert read_samples(folder) == read_samples(finished)
+    results = json.loads((folder / "results.json").read_text(encoding="utf-8"))
+    assert results["this_run"]["prompts_generated"] == 4
+    assert {name: results[name] for name in METRICS} == {
+        name: value for name, value in json.loads((finished / "results.json").read_text()).items() if name in METRICS}
+
+
+def test_another_runs_samples_are_refused_unless_overwrite(finished, tiny_dir, tmp_path, capsys):
+    folder = tmp_path / "out"
+    assert run("--model", tiny_dir, "--limit", "2", "--max-new-tokens", "4", "--output", str(folder)) == 0
+    capsys.readouterr()
+    assert run("--model", tiny_dir, "--limit", "2", "--max-new-tokens", "5", "--output", str(folder)) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "holds samples of another run (its settings changed)" in err
+    assert err.count("\n") == 1 and "--overwrite" in err
+    assert run("--model", tiny_dir, "--limit", "2", "--max-new-tokens", "5", "--output", str(folder),
+               "--overwrite") == 0
+    assert [sample["generated_tokens"] for sample in read_samples(folder)] == [5, 5]
+    assert run("--model", tiny_dir, "--limit", "1", "--max-new-tokens", "5", "--output", str(folder)) == 2
+    assert "a larger --limit" in capsys.readouterr().err
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> str:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return str(path)
+
+
+@pytest.mark.parametrize("case", ["unknown model", "unknown instruction", "missing data"])
+def test_bad_input_exits_2_with_one_error_line_and_no_traceback(case, tiny_dir, tmp_path, capsys):
+    bad = write_jsonl(tmp_path / "bad.jsonl", [{"key": 1, "prompt": "Hi.", "instruction_id_list": ["no:such_check"],
+                                                "kwargs": [{}]}])
+    args = {
+        "unknown model": ["--model", str(tmp_path / "no-such-model")],
+        "unknown instruction": ["--model", tiny_dir, "--data", bad],
+        "missing data": ["--model", tiny_dir, "--data", str(tmp_path / "missing.jsonl")],
+    }[case]
+    assert run(*args, "--output", str(tmp_path / "out")) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err
+    expected = {"unknown model": "Could not load model",
+                "unknown instruction": "unknown IFEval instruction id 'no:such_check' (row 0, key 1)",
+                "missing data": "does not exist"}[case]
+    assert expected in err
+
+
+@pytest.mark.parametrize("flag", ["--limit", "--max-new-tokens", "--batch-size"])
+def test_a_count_below_one_is_a_usage_error(flag, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        run(flag, "0", "--output", str(tmp_path / "out"))
+    assert exit_info.value.code == 2
+    assert f"argument {flag}: must be at least 1, got 0" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_unknown_hub_model_offline_is_one_error_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert run("--model", "no-such-org/no-such-model", "--limit", "1", "--output", str(tmp_path / "out")) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: Could not load model 'no-such-org/no-such-model'") and err.count("\n") == 1
+
+
+def test_other_ifeval_files_run_with_data(tiny_dir, tmp_path):
+    rows = [{"key": "a", "prompt": "Say hi without commas.", "instruction_id_list": ["punctuation:no_comma"],
+             "kwargs": [{}]},
+            {"key": "b", "prompt": "Answer in lowercase.", "instruction_id_list": ["change_case:english_lowercase"],
+             "kwargs": [{}]}]
+    data = write_jsonl(tmp_path / "mine.jsonl", rows)
+    assert run("--model", tiny_dir, "--data", data, "--max-new-tokens", "3", "--output", str(tmp_path / "out")) == 0
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert results["prompts"] == 2 and results["data"]["name"] == data
+    assert math.isclose(results["prompt_level_strict_acc"] * 2, round(results["prompt_level_strict_acc"] * 2))
+
+
+def test_strip_thinking_scores_the_text_after_the_thinking_and_keeps_both():
+    row = read_prompts()[0]  # no commas, 3 highlighted sections, at least 300 words
+    text = "<think>Hmm, commas, commas.</think>\n\n*one* *two* *three* " + "word " * 300
+    sample = make_sample(row, text, 320, 1280, strip=True)
+    assert sample["raw_response"] == text and sample["response"] == text.split("</think>")[1].lstrip()
+    assert sample["follow_instruction_list_strict"] == [True, True, True]
+    assert make_sample(row, text, 320, 1280, strip=False)["follow_instruction_list_strict"][0] is False
+    assert strip_thinking("<think>out of tokens") == "" and strip_thinking("  <think>a</think> b") == "b"
+    assert strip_thinking("reasoning opened by the template</think>Answer.") == "Answer."
+    assert strip_thinking("A <think>late</think> tag stays.") == "A <think>late</think> tag stays."
