@@ -82,6 +82,14 @@ def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
+def publish(report: str, output: str | Path | None) -> None:
+    """Print a Markdown report, and write it to ``output`` too when one is given."""
+    print(report)
+    if output:
+        Path(output).parent.mkdir(parents=True, exist_ok=True)
+        Path(output).write_text(report if report.endswith("\n") else report + "\n", encoding="utf-8")
+
+
 def cpu_name() -> str:
     return cpuinfo_value("model name") or platform.processor() or platform.machine()
 

@@ -24,12 +24,11 @@ import datetime
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
 
-from benchmarks.common import cpu_name
+from benchmarks.common import cpu_name, publish
 from hf_adapters.backends.transformers_generation import (
     FLOAT32_TIE_MARGIN,
     AloneDecoder,
@@ -209,9 +208,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"Total {time.perf_counter() - started:.0f} s on a shared machine: compare the seconds within this run only.",
     ]
     report = "\n".join(lines) + "\n"
-    print(report)
-    if args.output:
-        Path(args.output).write_text(report, encoding="utf-8")
+    publish(report, args.output)
 
 
 if __name__ == "__main__":

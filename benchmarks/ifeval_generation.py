@@ -26,11 +26,10 @@ import datetime
 import os
 import time
 from collections.abc import Sequence
-from pathlib import Path
 
 import torch
 
-from benchmarks.common import cpu_name
+from benchmarks.common import cpu_name, publish
 from hf_adapters.backends.transformers_generation import greedy_generate
 from hf_adapters.cpu_kernels import cpu_flags
 from hf_adapters.ifeval import compute_ifeval
@@ -132,9 +131,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "average column says how busy it was; compare the ratios.",
     ]
     report = "\n".join(lines) + "\n"
-    print(report)
-    if args.output:
-        Path(args.output).write_text(report, encoding="utf-8")
+    publish(report, args.output)
 
 
 if __name__ == "__main__":

@@ -14,12 +14,12 @@ from __future__ import annotations
 import argparse
 import platform
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
 from information_parity import InformationParity
 
+from benchmarks.common import publish
 from hf_adapters.backends import score_continuations
 from hf_adapters.data_io import read_records
 from hf_adapters.models import DEFAULT_MODEL_ID, load_model
@@ -103,9 +103,7 @@ def main() -> None:
         f"{package_seconds / ours_seconds:.2f}x | {max_relative(ours_means)} |",
     ]
     report = "\n".join(lines)
-    print(report)
-    if args.output:
-        Path(args.output).write_text(report + "\n", encoding="utf-8")
+    publish(report, args.output)
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ from benchmarks.common import (
     log,
     machine_description,
     parallel_rows,
+    publish,
     relative_differences,
     spearman,
     timed,
@@ -650,10 +651,7 @@ def main(argv: Sequence[str] | None = None) -> str:
         "",
         *bfloat16_part,
     ])
-    print(report)
-    if args.output:
-        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.output).write_text(report, encoding="utf-8")
+    publish(report, args.output)
     return report
 
 

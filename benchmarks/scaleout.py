@@ -33,7 +33,7 @@ import datasets
 import torch
 from datasets import Dataset
 
-from benchmarks.common import log, machine_description, relative_differences, tiny_model_dir
+from benchmarks.common import log, machine_description, publish, relative_differences, tiny_model_dir
 from hf_adapters import add_perplexity_column
 from hf_adapters.models import embedded_default_source
 from hf_adapters.options import DEFAULT_MODEL_ID
@@ -282,9 +282,8 @@ def main(argv: Sequence[str] | None = None) -> str:
         "On one machine the default engine (one process, or `accelerate launch`) has none of its start-up cost.",
     ]
     report = "\n".join(lines) + "\n"
-    print(report)
+    publish(report, args.output)
     if args.output:
-        Path(args.output).write_text(report, encoding="utf-8")
         log(f"Wrote {args.output}")
     return report
 

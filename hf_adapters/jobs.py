@@ -42,7 +42,7 @@ from datasets import Dataset, IterableDataset
 from tqdm.auto import tqdm
 
 from .columns import add_score_columns
-from .json_values import json_safe, to_json_value
+from .json_values import json_safe, to_json_value, truncate_file, whole_json_lines, write_atomically
 from .options import DEFAULT_BATCH_SIZE
 from .output_paths import check_output_path
 from .score_files import SCORE, OutputFormat, count_valid, records, write_output
@@ -288,12 +288,12 @@ def _my_chunks(dataset: Dataset | IterableDataset, done: set[int], num_rows: int
     for chunk, batch in enumerate(dataset.iter(batch_size=chunk_size)):
         rows = [dict(zip(batch, values, strict=True)) for values in zip(*batch.values(), strict=True)]
         if len(rows) < chunk_size and state.is_main_process:  # the end: say where it is before scoring it
-            _write_atomically(work_dir / STREAM_ROWS, json.dumps({"rows": start + len(rows)}))
+            write_atomically(work_dir / STREAM_ROWS, json.dumps({"rows": start + len(rows)}))
         if chunk not in done and chunk % state.num_processes == state.process_index:
             yield start, rows
         start += len(rows)
     if state.is_main_process:
-        _write_atomically(work_dir / STREAM_ROWS, json.dumps({"rows": start}))
+        write_atomically(work_dir / STREAM_ROWS, json.dumps({"rows": start}))
 
 
 def _stream_rows(work_dir: Path) -> int | None:
@@ -397,7 +397,7 @@ def _open_work_dir(work_dir: Path, output_path: Path, manifest: dict[str, Any], 
         for entry in work_dir.iterdir():
             if entry.name != LOCK:
                 shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
-        _write_atomically(work_dir / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+        write_atomically(work_dir / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     state.wait_for_everyone()
     return decision
 
@@ -438,15 +438,6 @@ def _decide(work_dir: Path, output_path: Path, manifest: dict[str, Any], overwri
     )
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-
-
 def _chunk_rows(chunk: int, num_rows: int | None, chunk_size: int) -> range:
     """The rows of a chunk (of a stream whose end is not known yet, a whole chunk's)."""
     stop = (chunk + 1) * chunk_size
@@ -459,23 +450,18 @@ def _part_chunks(path: Path, num_rows: int | None, chunk_size: int) -> tuple[dic
     chunks: dict[int, list[dict[str, Any]]] = {}
     block: list[dict[str, Any]] = []
     offset = keep = 0
-    with open(path, "rb") as handle:
-        for line in handle:
-            try:
-                record = json.loads(line) if line.endswith(b"\n") else None
-            except ValueError:
-                record = None
-            if not isinstance(record, dict) or "score" not in record or not isinstance(record.get("i"), int):
-                break
-            index = record["i"]
-            expected = block[-1]["i"] + 1 if block else index - index % chunk_size
-            if index != expected or index < 0 or (num_rows is not None and index >= num_rows):
-                break
-            block.append(record)
-            offset += len(line)
-            chunk = index // chunk_size
-            if index + 1 == _chunk_rows(chunk, num_rows, chunk_size).stop:
-                chunks[chunk], block, keep = block, [], offset
+    for record, size in whole_json_lines(path):
+        if not isinstance(record, dict) or "score" not in record or not isinstance(record.get("i"), int):
+            break
+        index = record["i"]
+        expected = block[-1]["i"] + 1 if block else index - index % chunk_size
+        if index != expected or index < 0 or (num_rows is not None and index >= num_rows):
+            break
+        block.append(record)
+        offset += size
+        chunk = index // chunk_size
+        if index + 1 == _chunk_rows(chunk, num_rows, chunk_size).stop:
+            chunks[chunk], block, keep = block, [], offset
     return chunks, keep
 
 
@@ -486,10 +472,7 @@ def _recover(work_dir: Path, num_rows: int | None, chunk_size: int) -> set[int]:
     for part in sorted(work_dir.glob("rank-*.jsonl")):
         chunks, keep = _part_chunks(part, num_rows, chunk_size)
         done.update(chunks)
-        if part.stat().st_size != keep:
-            with open(part, "r+b") as handle:
-                handle.truncate(keep)
-                os.fsync(handle.fileno())
+        truncate_file(part, keep)
     for marker in work_dir.glob("rank-*.done"):
         marker.unlink()
     return done
@@ -521,7 +504,7 @@ def _merge(work_dir: Path, output_path: Path, num_rows: int, chunk_size: int, ou
         schema = output_schema(dataset, output)
     valid = write_output(output_path, output, records(scored, rows), schema)
     manifest = json.loads((work_dir / MANIFEST).read_text(encoding="utf-8"))
-    _write_atomically(work_dir / COMPLETE, json.dumps({**manifest, "total_rows": num_rows}))
+    write_atomically(work_dir / COMPLETE, json.dumps({**manifest, "total_rows": num_rows}))
     (work_dir / MANIFEST).unlink()
     _remove_work_dir(work_dir)
     return valid

@@ -1,10 +1,14 @@
-"""Values as JSON can hold them: JSON has no NaN or infinity (a missing score is written as null),
-no dates and no bytes."""
+"""Values as JSON can hold them (JSON has no NaN or infinity: a missing score is written as null;
+no dates and no bytes), and JSON files written whole or not at all."""
 
 from __future__ import annotations
 
 import datetime
+import json
 import math
+import os
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 
@@ -43,3 +47,36 @@ def to_json_value(value: Any) -> Any:
         except UnicodeDecodeError:
             return value.hex()
     return str(value)
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a fsynced temporary file renamed over it: a reader (or a
+    killed run's successor) sees the old file or the new one, never half of one."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def whole_json_lines(path: Path) -> Iterator[tuple[Any, int]]:
+    """Each line of a JSON Lines file as (its value, its length in bytes), up to the first line that
+    is torn (no newline at its end) or is not JSON: what a killed writer left whole."""
+    with open(path, "rb") as handle:
+        for line in handle:
+            try:
+                value = json.loads(line) if line.endswith(b"\n") else None
+            except ValueError:
+                value = None
+            if value is None:
+                return
+            yield value, len(line)
+
+
+def truncate_file(path: Path, size: int) -> None:
+    """Cut ``path`` back to its first ``size`` bytes (a no-op when that is its size), durably."""
+    if path.stat().st_size != size:
+        with open(path, "r+b") as handle:
+            handle.truncate(size)
+            os.fsync(handle.fileno())

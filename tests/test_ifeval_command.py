@@ -16,19 +16,9 @@ from hf_adapters.ifeval import end_to_end
 from hf_adapters.ifeval.end_to_end import METRICS, make_sample, results_table
 from hf_adapters.ifeval.prompts import prompt_token_ids, read_prompts
 from hf_adapters.ifeval.responses import strip_thinking
-from tests.conftest import build_model, build_tokenizer
+from tests.conftest import read_jsonl, write_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory) -> str:
-    """A tiny random Llama and its tokenizer (no chat template: prompts are rendered as ChatML), saved."""
-    folder = tmp_path_factory.mktemp("tiny_model")
-    tokenizer = build_tokenizer()
-    build_model(len(tokenizer)).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return str(folder)
 
 
 def run(*args: str) -> int:
@@ -36,19 +26,19 @@ def run(*args: str) -> int:
 
 
 def read_samples(folder: Path) -> list[dict]:
-    return [json.loads(line) for line in (folder / "samples.jsonl").read_text(encoding="utf-8").splitlines()]
+    return read_jsonl(folder / "samples.jsonl")
 
 
 @pytest.fixture(scope="module")
-def finished(tiny_dir, tmp_path_factory) -> Path:
+def finished(model_dir, tmp_path_factory) -> Path:
     """One uninterrupted run: 6 prompts, 8 new tokens, batches of 4."""
     folder = tmp_path_factory.mktemp("run") / "out"
-    assert run("--model", tiny_dir, "--limit", "6", "--max-new-tokens", "8", "--batch-size", "4",
+    assert run("--model", model_dir, "--limit", "6", "--max-new-tokens", "8", "--batch-size", "4",
                "--output", str(folder)) == 0
     return folder
 
 
-def test_writes_one_sample_per_prompt_and_the_results(finished, tiny_dir):
+def test_writes_one_sample_per_prompt_and_the_results(finished, model_dir):
     samples = read_samples(finished)
     rows = read_prompts()[:6]
     assert [sample["key"] for sample in samples] == [row["key"] for row in rows]
@@ -58,7 +48,7 @@ def test_writes_one_sample_per_prompt_and_the_results(finished, tiny_dir):
         assert sample["follow_all_instructions_loose"] == all(sample["follow_instruction_list_loose"])
         assert sample["generated_tokens"] == 8 and sample["reached_max_new_tokens"]
     results = json.loads((finished / "results.json").read_text(encoding="utf-8"))
-    assert results["prompts"] == 6 and results["model"]["model"] == tiny_dir
+    assert results["prompts"] == 6 and results["model"]["model"] == model_dir
     assert results["settings"]["max_new_tokens"] == 8 and results["settings"]["decoding"] == "greedy"
     assert results["data"]["name"] == "packaged:ifeval_input_data.jsonl" and results["date"]
 
@@ -73,8 +63,8 @@ def test_results_equal_rescoring_the_samples_with_the_evaluate_metric(finished):
     assert [s["follow_instruction_list_loose"] for s in samples] == rescored["loose_follow_instruction_list"]
 
 
-def test_each_response_is_greedy_decoding_of_its_prompt_alone(finished, tiny_dir):
-    backend = TransformersBackend.from_pretrained(tiny_dir)
+def test_each_response_is_greedy_decoding_of_its_prompt_alone(finished, model_dir):
+    backend = TransformersBackend.from_pretrained(model_dir)
     tokenizer = backend.tokenizer
     for sample, prompt in zip(read_samples(finished), prompt_token_ids(tokenizer, read_prompts()[:6]), strict=True):
         with torch.inference_mode():
@@ -93,7 +83,7 @@ def test_prints_the_table_the_way_lm_eval_does(finished, capsys):
     assert lines[5].endswith(f"|{results['prompt_level_strict_acc_stderr']:.4f}|")
 
 
-def test_a_killed_run_resumes_with_the_prompts_not_yet_generated(finished, tiny_dir, tmp_path, monkeypatch):
+def test_a_killed_run_resumes_with_the_prompts_not_yet_generated(finished, model_dir, tmp_path, monkeypatch):
     folder = tmp_path / "out"
     monkeypatch.setattr(end_to_end, "PROMPTS_PER_SAVE", 2)
     calls = []
@@ -105,7 +95,7 @@ def test_a_killed_run_resumes_with_the_prompts_not_yet_generated(finished, tiny_
         calls.append(len(prompts))
         return original(self, prompts, **kwargs)
 
-    args = ["--model", tiny_dir, "--limit", "6", "--max-new-tokens", "8", "--output", str(folder)]
+    args = ["--model", model_dir, "--limit", "6", "--max-new-tokens", "8", "--output", str(folder)]
     monkeypatch.setattr(TransformersBackend, "generate", killed_after_one_save)
     with pytest.raises(KeyboardInterrupt):
         run(*args, "--batch-size", "2")
@@ -121,34 +111,29 @@ def test_a_killed_run_resumes_with_the_prompts_not_yet_generated(finished, tiny_
         name: value for name, value in json.loads((finished / "results.json").read_text()).items() if name in METRICS}
 
 
-def test_another_runs_samples_are_refused_unless_overwrite(finished, tiny_dir, tmp_path, capsys):
+def test_another_runs_samples_are_refused_unless_overwrite(finished, model_dir, tmp_path, capsys):
     folder = tmp_path / "out"
-    assert run("--model", tiny_dir, "--limit", "2", "--max-new-tokens", "4", "--output", str(folder)) == 0
+    assert run("--model", model_dir, "--limit", "2", "--max-new-tokens", "4", "--output", str(folder)) == 0
     capsys.readouterr()
-    assert run("--model", tiny_dir, "--limit", "2", "--max-new-tokens", "5", "--output", str(folder)) == 2
+    assert run("--model", model_dir, "--limit", "2", "--max-new-tokens", "5", "--output", str(folder)) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "holds samples of another run (its settings changed)" in err
     assert err.count("\n") == 1 and "--overwrite" in err
-    assert run("--model", tiny_dir, "--limit", "2", "--max-new-tokens", "5", "--output", str(folder),
+    assert run("--model", model_dir, "--limit", "2", "--max-new-tokens", "5", "--output", str(folder),
                "--overwrite") == 0
     assert [sample["generated_tokens"] for sample in read_samples(folder)] == [5, 5]
-    assert run("--model", tiny_dir, "--limit", "1", "--max-new-tokens", "5", "--output", str(folder)) == 2
+    assert run("--model", model_dir, "--limit", "1", "--max-new-tokens", "5", "--output", str(folder)) == 2
     assert "a larger --limit" in capsys.readouterr().err
 
 
-def write_jsonl(path: Path, rows: list[dict]) -> str:
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
-    return str(path)
-
-
 @pytest.mark.parametrize("case", ["unknown model", "unknown instruction", "missing data"])
-def test_bad_input_exits_2_with_one_error_line_and_no_traceback(case, tiny_dir, tmp_path, capsys):
-    bad = write_jsonl(tmp_path / "bad.jsonl", [{"key": 1, "prompt": "Hi.", "instruction_id_list": ["no:such_check"],
-                                                "kwargs": [{}]}])
+def test_bad_input_exits_2_with_one_error_line_and_no_traceback(case, model_dir, tmp_path, capsys):
+    unknown_check = {"key": 1, "prompt": "Hi.", "instruction_id_list": ["no:such_check"], "kwargs": [{}]}
+    bad = str(write_jsonl(tmp_path / "bad.jsonl", [unknown_check]))
     args = {
         "unknown model": ["--model", str(tmp_path / "no-such-model")],
-        "unknown instruction": ["--model", tiny_dir, "--data", bad],
-        "missing data": ["--model", tiny_dir, "--data", str(tmp_path / "missing.jsonl")],
+        "unknown instruction": ["--model", model_dir, "--data", bad],
+        "missing data": ["--model", model_dir, "--data", str(tmp_path / "missing.jsonl")],
     }[case]
     assert run(*args, "--output", str(tmp_path / "out")) == 2
     err = capsys.readouterr().err
@@ -175,13 +160,13 @@ def test_an_unknown_hub_model_offline_is_one_error_line(tmp_path, capsys, monkey
     assert err.startswith("error: Could not load model 'no-such-org/no-such-model'") and err.count("\n") == 1
 
 
-def test_other_ifeval_files_run_with_data(tiny_dir, tmp_path):
+def test_other_ifeval_files_run_with_data(model_dir, tmp_path):
     rows = [{"key": "a", "prompt": "Say hi without commas.", "instruction_id_list": ["punctuation:no_comma"],
              "kwargs": [{}]},
             {"key": "b", "prompt": "Answer in lowercase.", "instruction_id_list": ["change_case:english_lowercase"],
              "kwargs": [{}]}]
-    data = write_jsonl(tmp_path / "mine.jsonl", rows)
-    assert run("--model", tiny_dir, "--data", data, "--max-new-tokens", "3", "--output", str(tmp_path / "out")) == 0
+    data = str(write_jsonl(tmp_path / "mine.jsonl", rows))
+    assert run("--model", model_dir, "--data", data, "--max-new-tokens", "3", "--output", str(tmp_path / "out")) == 0
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     assert results["prompts"] == 2 and results["data"]["name"] == data
     assert math.isclose(results["prompt_level_strict_acc"] * 2, round(results["prompt_level_strict_acc"] * 2))

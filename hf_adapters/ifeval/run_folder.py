@@ -14,11 +14,12 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
-import math
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from ..json_values import json_safe, truncate_file, whole_json_lines, write_atomically
 
 MANIFEST = "run.json"
 SAMPLES = "samples.jsonl"
@@ -28,16 +29,6 @@ LOCK = "run.lock"
 
 class RunFolderError(ValueError):
     """The output folder cannot be used: it holds another run's samples, or is being written."""
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a fsynced temporary file renamed over it."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
 
 
 def _jsonable(value: Any) -> Any:
@@ -102,20 +93,12 @@ def recover_samples(path: str | Path) -> list[dict[str, Any]]:
     """The complete sample lines of ``path``; the file is cut back to them (a kill can tear the last line)."""
     path = Path(path)
     samples, keep = [], 0
-    with open(path, "rb") as handle:
-        for line in handle:
-            try:
-                record = json.loads(line) if line.endswith(b"\n") else None
-            except ValueError:
-                record = None
-            if not isinstance(record, dict) or "key" not in record or not isinstance(record.get("response"), str):
-                break
-            samples.append(record)
-            keep += len(line)
-    if path.stat().st_size != keep:
-        with open(path, "r+b") as handle:
-            handle.truncate(keep)
-            os.fsync(handle.fileno())
+    for record, size in whole_json_lines(path):
+        if not isinstance(record, dict) or "key" not in record or not isinstance(record.get("response"), str):
+            break
+        samples.append(record)
+        keep += size
+    truncate_file(path, keep)
     return samples
 
 
@@ -136,18 +119,7 @@ def rewrite_samples(folder: str | Path, samples: Sequence[Mapping[str, Any]]) ->
     write_atomically(Path(folder) / SAMPLES, b"".join(_line(sample) for sample in samples).decode("utf-8"))
 
 
-def _finite(value: Any) -> Any:
-    """``value`` with every NaN or infinite float replaced by None (JSON has no NaN)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, Mapping):
-        return {key: _finite(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(item) for item in value]
-    return value
-
-
 def write_results(folder: str | Path, results: Mapping[str, Any]) -> None:
     """Write ``results.json`` atomically (NaN as null)."""
-    text = json.dumps(_finite(results), indent=2, ensure_ascii=False, allow_nan=False, default=str)
+    text = json.dumps(json_safe(dict(results)), indent=2, ensure_ascii=False, allow_nan=False, default=str)
     write_atomically(Path(folder) / RESULTS, text + "\n")
