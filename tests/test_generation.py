@@ -84,6 +84,16 @@ def test_results_come_back_in_input_order_whatever_the_batching(model, tokenizer
     assert greedy_generate(model, tokenizer, reordered, max_new_tokens=6, batch_size=4, progress=False) == one_by_one
 
 
+@pytest.mark.parametrize("batch_size", [1, 3])
+def test_each_response_is_reported_once_with_its_final_tokens(model, tokenizer, prompts, batching, batch_size):
+    stops = default_stop_token_ids(model, tokenizer) + [greedy_generate(model, tokenizer, prompts[:1], max_new_tokens=8,
+                                                                        progress=False)[0][3]]
+    reported = []
+    results = greedy_generate(model, tokenizer, prompts, max_new_tokens=8, stop_token_ids=stops, batch_size=batch_size,
+                              progress=False, on_result=lambda index, tokens: reported.append((index, list(tokens))))
+    assert sorted(reported) == sorted(enumerate(results))
+
+
 def test_a_near_tie_the_batch_would_flip_is_settled_by_the_prompt_alone(model, tokenizer, prompts, batching):
     """A hook moves every batched logit by up to 0.05, as padding and batched products move them by
     up to ~1e-4 on a real model: unchecked, some tokens flip; with a margin above the move, none does."""

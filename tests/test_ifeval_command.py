@@ -12,7 +12,6 @@ import torch
 
 from hf_adapters import cli
 from hf_adapters.backends import TransformersBackend
-from hf_adapters.ifeval import end_to_end
 from hf_adapters.ifeval.end_to_end import METRICS, make_sample, results_table
 from hf_adapters.ifeval.prompts import prompt_token_ids, read_prompts
 from hf_adapters.ifeval.responses import strip_thinking
@@ -85,23 +84,26 @@ def test_prints_the_table_the_way_lm_eval_does(finished, capsys):
 
 def test_a_killed_run_resumes_with_the_prompts_not_yet_generated(finished, model_dir, tmp_path, monkeypatch):
     folder = tmp_path / "out"
-    monkeypatch.setattr(end_to_end, "PROMPTS_PER_SAVE", 2)
-    calls = []
     original = TransformersBackend.generate
 
-    def killed_after_one_save(self, prompts, **kwargs):
-        if calls:
-            raise KeyboardInterrupt
-        calls.append(len(prompts))
-        return original(self, prompts, **kwargs)
+    def killed_after_two_responses(self, prompts, *, on_result, **kwargs):
+        kept = []
+
+        def keep_two(index, tokens):
+            if len(kept) == 2:
+                raise KeyboardInterrupt
+            kept.append(index)
+            on_result(index, tokens)
+
+        return original(self, prompts, on_result=keep_two, **kwargs)
 
     args = ["--model", model_dir, "--limit", "6", "--max-new-tokens", "8", "--output", str(folder)]
-    monkeypatch.setattr(TransformersBackend, "generate", killed_after_one_save)
+    monkeypatch.setattr(TransformersBackend, "generate", killed_after_two_responses)
     with pytest.raises(KeyboardInterrupt):
         run(*args, "--batch-size", "2")
     assert len(read_samples(folder)) == 2 and not (folder / "results.json").exists()
     with open(folder / "samples.jsonl", "a", encoding="utf-8") as handle:
-        handle.write('{"key": 1005, "prompt": "torn')  # the kill tore the next batch's first line
+        handle.write('{"key": 1005, "prompt": "torn')  # the kill tore the next sample's line
     monkeypatch.setattr(TransformersBackend, "generate", original)
     assert run(*args, "--batch-size", "3") == 0  # another batch size: responses do not depend on it
     assert read_samples(folder) == read_samples(finished)
@@ -109,6 +111,16 @@ def test_a_killed_run_resumes_with_the_prompts_not_yet_generated(finished, model
     assert results["this_run"]["prompts_generated"] == 4
     assert {name: results[name] for name in METRICS} == {
         name: value for name, value in json.loads((finished / "results.json").read_text()).items() if name in METRICS}
+
+
+def test_a_backend_that_reports_no_response_early_has_its_samples_saved_when_it_returns(
+        finished, model_dir, tmp_path, monkeypatch):
+    original = TransformersBackend.generate
+    monkeypatch.setattr(TransformersBackend, "generate",
+                        lambda self, prompts, on_result=None, **kwargs: original(self, prompts, **kwargs))
+    folder = tmp_path / "out"
+    assert run("--model", model_dir, "--limit", "6", "--max-new-tokens", "8", "--output", str(folder)) == 0
+    assert read_samples(folder) == read_samples(finished)
 
 
 def test_another_runs_samples_are_refused_unless_overwrite(finished, model_dir, tmp_path, capsys):

@@ -9,7 +9,7 @@ backend's ``tokenizer`` and read its position limit, and never touch the model.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..likelihood import ContinuationScore, Item, start_token_id
@@ -89,9 +89,11 @@ class LikelihoodBackend(ABC):
         batch_size: int | None = None,
         progress: bool | None = None,
         desc: str = "Generating",
+        on_result: Callable[[int, list[int]], None] | None = None,
     ) -> list[list[int]]:
         """The greedy continuation of each prompt (token ids), stopping before a stop token (the
-        tokenizer's EOS by default) or after ``max_new_tokens``; in input order."""
+        tokenizer's EOS by default) or after ``max_new_tokens``; in input order. A backend that can
+        calls ``on_result(index, tokens)`` as each response is complete (a run keeps it then)."""
         raise NotImplementedError(f"{type(self).__name__} does not generate text.")
 
     @classmethod

@@ -282,7 +282,7 @@ def _record(tokens: list[int], indices: list[int], outputs: list[list[int]], sto
 
 def _continuous(model: PreTrainedModel, prompts: list[list[int]], order: list[int], max_new_tokens: int,
                 stops: frozenset[int], tie_margin: float, batch_size: int, cache: DynamicCache,
-                on_token: Callable[[int], None], on_prompt: Callable[[], None]) -> list[list[int]]:
+                on_token: Callable[[int], None], on_prompt: Callable[[int, list[int]], None]) -> list[list[int]]:
     """Greedy tokens of every prompt, at most ``batch_size`` decoding together: a prompt joins as soon
     as a row is free, after its prompt and first token were decoded alone (so both are exact)."""
     outputs: list[list[int]] = [[] for _ in prompts]
@@ -298,7 +298,7 @@ def _continuous(model: PreTrainedModel, prompts: list[list[int]], order: list[in
                 alone[index] = decoder
                 joining.append((index, decoder, outputs[index][-1]))
             else:
-                on_prompt()
+                on_prompt(index, outputs[index])
         if joining:
             rows.join(joining)
         if not len(rows):
@@ -309,7 +309,7 @@ def _continuous(model: PreTrainedModel, prompts: list[list[int]], order: list[in
         going_on = _record(tokens.tolist(), rows.indices, outputs, stops, max_new_tokens, on_token)
         for row in sorted(set(range(len(rows))) - set(going_on)):
             alone.pop(rows.indices[row], None)
-            on_prompt()
+            on_prompt(rows.indices[row], outputs[rows.indices[row]])
         rows.keep(going_on, tokens[going_on])
     return outputs
 
@@ -359,6 +359,7 @@ def greedy_generate(
     progress: bool | None = None,
     desc: str = "Generating",
     tie_margin: float | None = None,
+    on_result: Callable[[int, list[int]], None] | None = None,
 ) -> list[list[int]]:
     """The greedy new token ids of each prompt, in input order: each stops before its first stop
     token or at ``max_new_tokens``, and equals what decoding that prompt alone gives.
@@ -368,7 +369,9 @@ def greedy_generate(
     batches of ``batch_size`` (``None``: the default), left-padded; ``tie_margin`` (logit units;
     default :func:`default_tie_margin`, 0 turns the check off) is the margin below which a row's
     token is taken from the prompt decoded alone (see the module's docstring). The progress bar
-    counts generated tokens; it is shown by default for more than one prompt.
+    counts generated tokens; it is shown by default for more than one prompt. ``on_result(index,
+    tokens)`` is called as each prompt's response is complete (in the order they end), so that a
+    caller can keep them before the whole call returns.
 
     Example:
         >>> from hf_adapters import load_model
@@ -393,17 +396,20 @@ def greedy_generate(
     with tqdm(desc=desc, unit="tok", disable=not show, dynamic_ncols=True) as bar:
         done = [0]
 
-        def prompt_done() -> None:
+        def prompt_done(index: int, tokens: list[int]) -> None:
             done[0] += 1
             bar.set_postfix_str(f"{done[0]}/{len(checked)} prompts", refresh=False)
+            if on_result is not None:
+                on_result(index, tokens)
 
         cache, joinable = _growing_cache(model)
         if max_new_tokens == 0:
-            pass
+            for index in order:
+                prompt_done(index, results[index])
         elif batch_size == 1 or len(checked) == 1:
             for index in order:
                 results[index] = _alone(model, checked[index], max_new_tokens, stops, bar.update)
-                prompt_done()
+                prompt_done(index, results[index])
         elif joinable:
             results = _continuous(model, checked, order, max_new_tokens, stops, tie_margin, batch_size, cache,
                                   bar.update, prompt_done)
@@ -415,5 +421,5 @@ def greedy_generate(
                                         pad_id, cache, bar.update)
                 for index, tokens in zip(batch, outputs, strict=True):
                     results[index] = tokens
-                    prompt_done()
+                    prompt_done(index, tokens)
     return results

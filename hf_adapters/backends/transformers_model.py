@@ -12,7 +12,7 @@ that item's forward pass. Scores do not depend on batch size, order or padding b
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -282,13 +282,15 @@ class TransformersBackend(LikelihoodBackend):
         batch_size: int | None = None,
         progress: bool | None = None,
         desc: str = "Generating",
+        on_result: Callable[[int, list[int]], None] | None = None,
     ) -> list[list[int]]:
         """Greedy responses, each equal to decoding its prompt alone
         (:func:`~hf_adapters.backends.transformers_generation.greedy_generate`); ``batch_size``
         prompts decode together (default 16); the stop tokens default to the tokenizer's EOS and the
-        model's end of turn."""
+        model's end of turn; ``on_result(index, tokens)`` is called as each response ends."""
         return greedy_generate(self.model, self.tokenizer, prompts, max_new_tokens=max_new_tokens,
-                               stop_token_ids=stop_token_ids, batch_size=batch_size, progress=progress, desc=desc)
+                               stop_token_ids=stop_token_ids, batch_size=batch_size, progress=progress, desc=desc,
+                               on_result=on_result)
 
 
 def score_continuations(

@@ -35,8 +35,6 @@ if TYPE_CHECKING:
 #: lm-eval's ``ifeval`` task: greedy, ``max_gen_toks: 1280``, task version 4.0.
 DEFAULT_MAX_NEW_TOKENS = 1280
 LM_EVAL_TASK_VERSION = 4
-#: Prompts generated between two saves of ``samples.jsonl``: what a killed run can lose.
-PROMPTS_PER_SAVE = 64
 #: lm-eval's names of the four accuracies, in the order its table prints them.
 METRICS = ("inst_level_loose_acc", "inst_level_strict_acc", "prompt_level_loose_acc", "prompt_level_strict_acc")
 
@@ -104,11 +102,12 @@ def run_ifeval(
 ) -> dict[str, Any]:
     """Generate, score and record every IFEval row (checked prompts: :mod:`hf_adapters.ifeval.prompts`).
 
-    Prompts run longest first, ``PROMPTS_PER_SAVE`` at a time, through ``backend.generate``
-    (``batch_size`` prompts decoding together; None: the backend's default); each group's samples
-    are appended to ``output/samples.jsonl`` as it ends, so rerunning a killed run continues with
-    the prompts not yet generated. ``strip`` removes a leading thinking block before scoring (the samples keep the
-    raw text too). ``data`` names the prompt file (:func:`~hf_adapters.ifeval.prompts.prompts_source`).
+    All prompts go to ``backend.generate`` at once (``batch_size`` decoding together; None: the
+    backend's default), and each sample is appended to ``output/samples.jsonl`` as its response
+    ends, so rerunning a killed run continues with the prompts not yet generated (a backend that
+    does not report responses as they end has its samples saved when it returns). ``strip``
+    removes a leading thinking block before scoring (the samples keep the raw text too). ``data``
+    names the prompt file (:func:`~hf_adapters.ifeval.prompts.prompts_source`).
     Returns what ``output/results.json`` holds: lm-eval's four accuracies, their counts, the model's
     identity, the settings, the data and the date.
     """
@@ -125,17 +124,23 @@ def run_ifeval(
                 "ran with more prompts (a larger --limit); rerun with them, or pass --overwrite.")
         todo = [row for row in rows if row["key"] not in done]
         ids = prompt_token_ids(backend.tokenizer, todo)
-        order = sorted(range(len(todo)), key=lambda i: -len(ids[i]))
-        batches = [order[start:start + PROMPTS_PER_SAVE] for start in range(0, len(order), PROMPTS_PER_SAVE)]
         generated = 0
-        for number, batch in enumerate(batches, 1):
-            outputs = backend.generate([ids[i] for i in batch], max_new_tokens=max_new_tokens, batch_size=batch_size,
-                                       progress=progress, desc=f"Generating {number}/{len(batches)}")
-            samples = [make_sample(todo[i], decode_response(backend.tokenizer, tokens), len(tokens), max_new_tokens,
-                                   strip) for i, tokens in zip(batch, outputs, strict=True)]
-            run_folder.append_samples(output, samples)
-            done.update((sample["key"], sample) for sample in samples)
-            generated += sum(len(tokens) for tokens in outputs)
+
+        def keep(index: int, tokens: list[int]) -> None:
+            nonlocal generated
+            row = todo[index]
+            if row["key"] in done:
+                return
+            sample = make_sample(row, decode_response(backend.tokenizer, tokens), len(tokens), max_new_tokens, strip)
+            run_folder.append_samples(output, [sample])
+            done[row["key"]] = sample
+            generated += len(tokens)
+
+        if todo:
+            outputs = backend.generate(ids, max_new_tokens=max_new_tokens, batch_size=batch_size, progress=progress,
+                                       on_result=keep)
+            for index, tokens in enumerate(outputs):
+                keep(index, tokens)
         ordered = [done[row["key"]] for row in rows]
         run_folder.rewrite_samples(output, ordered)
         seconds = time.perf_counter() - started
