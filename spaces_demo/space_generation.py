@@ -10,7 +10,7 @@ from space_inputs import InputError
 
 from hf_adapters.backends import TransformersBackend
 from hf_adapters.ifeval.prompts import prompt_token_ids, read_prompts
-from hf_adapters.ifeval.responses import decode_response, strip_thinking
+from hf_adapters.ifeval.responses import decode_response, response_fields
 
 #: Most prompts one request generates for (a Space has a few CPU cores), and most new tokens.
 MAX_PROMPTS = 20
@@ -60,8 +60,6 @@ def generate_rows(rows: list[dict[str, Any]], model, tokenizer, max_new_tokens: 
                                                              max_new_tokens=max_new_tokens, progress=progress)
     generated = []
     for row, tokens in zip(rows, outputs, strict=True):
-        text = decode_response(tokenizer, tokens)
-        response = strip_thinking(text) if strip else text
-        generated.append({**row, "response": response, **({"raw_response": text} if strip else {}),
+        generated.append({**row, **response_fields(decode_response(tokenizer, tokens), strip),
                           "generated_tokens": len(tokens)})
     return generated

@@ -11,8 +11,8 @@ Example:
     >>> from hf_adapters.ifeval.prompts import read_prompts
     >>> backend = TransformersBackend.from_pretrained()  # doctest: +SKIP
     >>> results = run_ifeval(backend, read_prompts()[:6], "out/ifeval", max_new_tokens=48)  # doctest: +SKIP
-    >>> round(results["prompt_level_strict_acc"], 4)  # doctest: +SKIP
-    0.3333
+    >>> results["prompts"], results["instructions"]  # doctest: +SKIP
+    (6, 9)
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from . import run_folder
 from .evaluation import aggregate, score_rows
 from .prompts import prompt_token_ids
-from .responses import decode_response, strip_thinking
+from .responses import decode_response, response_fields
 
 if TYPE_CHECKING:
     from ..backends import LikelihoodBackend
@@ -53,11 +53,8 @@ def run_manifest(identity: Mapping[str, Any] | None, settings: Mapping[str, Any]
 
 def make_sample(row: Mapping[str, Any], text: str, tokens: int, max_new_tokens: int, strip: bool) -> dict[str, Any]:
     """One line of ``samples.jsonl``: the prompt's fields, the response and its per-instruction results."""
-    response = strip_thinking(text) if strip else text
-    [result] = score_rows([response], [row])
-    sample = {"key": row["key"], "prompt": row["prompt"], "response": response}
-    if strip:
-        sample["raw_response"] = text
+    sample = {"key": row["key"], "prompt": row["prompt"], **response_fields(text, strip)}
+    [result] = score_rows([sample["response"]], [row])
     sample.update(
         instruction_id_list=list(row["instruction_id_list"]), kwargs=row.get("kwargs"),
         follow_instruction_list_strict=list(result.strict), follow_all_instructions_strict=all(result.strict),

@@ -23,6 +23,12 @@ def decode_response(tokenizer, token_ids: Sequence[int]) -> str:
     return tokenizer.decode(list(token_ids), skip_special_tokens=True)
 
 
+def response_fields(text: str, strip: bool) -> dict[str, str]:
+    """The ``response`` a sample is scored on: ``text``, or with ``strip`` ``text`` without its
+    thinking block (:func:`strip_thinking`), the text itself then kept as ``raw_response``."""
+    return {"response": strip_thinking(text), "raw_response": text} if strip else {"response": text}
+
+
 def strip_thinking(text: str) -> str:
     """``text`` without a leading ``<think>...</think>`` block, and the white space after it.
 

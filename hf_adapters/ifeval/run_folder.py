@@ -2,8 +2,8 @@
 
 ``run.json`` says what the run is (model identity, settings, prompt file); it is written once the
 model has loaded, before any sample. ``samples.jsonl`` gets one line per prompt, appended and
-fsynced a batch at a time, so a killed run loses at most the batch in flight; a torn last line is
-dropped when the run resumes. Once every prompt has its line the file is rewritten in prompt
+fsynced as its response ends, so a killed run loses only the responses in flight; a torn last line
+is dropped when the run resumes. Once every prompt has its line the file is rewritten in prompt
 order and ``results.json`` is written. A folder holding another run's samples (another model,
 other settings or another prompt file) is refused unless ``overwrite`` is set. ``run.lock`` is
 held while a run writes, so a second run on the same folder stops at once.
