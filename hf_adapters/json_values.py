@@ -9,7 +9,7 @@ import math
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 
 def json_safe(value: Any) -> Any:
@@ -60,18 +60,46 @@ def write_atomically(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+#: What :func:`json_lines` says of a last line without a newline at its end: a killed writer's torn write.
+TORN = "torn: no newline at its end"
+
+
+class JsonLine(NamedTuple):
+    """One line of a JSON Lines file: its number (from 1), its length in bytes with its newline, its
+    value, and what is wrong with it (None for a whole JSON line; then ``value`` is the line's JSON)."""
+
+    number: int
+    size: int
+    value: Any
+    problem: str | None
+
+
+def _read_line(line: bytes) -> tuple[Any, str | None]:
+    if not line.endswith(b"\n"):
+        return None, TORN
+    if not line.strip():
+        return None, "blank"
+    try:
+        return json.loads(line), None
+    except ValueError:
+        return None, "not JSON"
+
+
+def json_lines(path: Path) -> Iterator[JsonLine]:
+    """Every line of a JSON Lines file, read as JSON. Only the last line can be torn (:data:`TORN`); a
+    blank or non-JSON line before it is not a torn write, and the lines after it are read as well."""
+    with open(path, "rb") as handle:
+        for number, line in enumerate(handle, 1):
+            yield JsonLine(number, len(line), *_read_line(line))
+
+
 def whole_json_lines(path: Path) -> Iterator[tuple[Any, int]]:
     """Each line of a JSON Lines file as (its value, its length in bytes), up to the first line that
-    is torn (no newline at its end) or is not JSON: what a killed writer left whole."""
-    with open(path, "rb") as handle:
-        for line in handle:
-            try:
-                value = json.loads(line) if line.endswith(b"\n") else None
-            except ValueError:
-                value = None
-            if value is None:
-                return
-            yield value, len(line)
+    is torn, blank or not JSON: for a file whose lines must follow on from each other (a job's part)."""
+    for line in json_lines(path):
+        if line.problem is not None:
+            return
+        yield line.value, line.size
 
 
 def truncate_file(path: Path, size: int) -> None:

@@ -35,14 +35,22 @@ def prompts_source(path: str | Path | None = None) -> dict[str, str]:
     return {"name": PACKAGED_NAME if path is None else str(path), "sha256": hashlib.sha256(data).hexdigest()}
 
 
+def is_prompt_key(value: Any) -> bool:
+    """Whether ``value`` can be a prompt's key: an integer or a string (a run finds samples by key)."""
+    return isinstance(value, (int, str)) and not isinstance(value, bool)
+
+
 def check_prompt_rows(rows: Sequence[Any]) -> list[dict[str, Any]]:
-    """IFEval rows with a string ``prompt``, valid instruction ids and kwargs, and unique keys (a row
-    without ``key`` gets its position). Raises IFEvalInputError naming the first bad row."""
+    """IFEval rows with a string ``prompt``, valid instruction ids and kwargs, and unique integer or
+    string keys (a row without ``key`` gets its position). Raises IFEvalInputError naming the first bad row."""
     checked, seen = [], set()
     for index, row in enumerate(rows):
         row_checks(row, index=index)  # a dict with known instruction ids and well-formed kwargs
         row = dict(row)
         row.setdefault("key", index)
+        if not is_prompt_key(row["key"]):
+            raise IFEvalInputError(f"IFEval row {index}: its 'key' must be an integer or a string, "
+                                   f"got {type(row['key']).__name__}.")
         if not isinstance(row.get("prompt"), str) or not row["prompt"].strip():
             raise IFEvalInputError(f"IFEval row{where(index, row['key'])} has no prompt text ('prompt').")
         if row["key"] in seen:

@@ -167,10 +167,13 @@ def build_checks(
     row: int | None = None,
     key: Any = None,
 ) -> list[Callable[[str], bool]]:
-    """Bound checks for one IFEval row (``instruction_id_list`` and ``kwargs``)."""
+    """Bound checks for one IFEval row (``instruction_id_list`` and ``kwargs``). Every entry point that
+    takes IFEval rows checks them here; a row without instructions is refused (it would count as followed)."""
     at = where(row, key)
     if isinstance(instruction_ids, str) or not isinstance(instruction_ids, Sequence):
         raise IFEvalInputError(f"instruction_id_list{at} must be a list of ids")
+    if len(instruction_ids) == 0:
+        raise IFEvalInputError(f"instruction_id_list{at} is empty: an IFEval row needs at least one instruction")
     if kwargs_list is None:
         kwargs_list = [None] * len(instruction_ids)
     if len(kwargs_list) != len(instruction_ids):

@@ -2,11 +2,12 @@
 
 ``run.json`` says what the run is (model identity, settings, prompt file); it is written once the
 model has loaded, before any sample. ``samples.jsonl`` gets one line per prompt, appended and
-fsynced as its response ends, so a killed run loses only the responses in flight; a torn last line
-is dropped when the run resumes. Once every prompt has its line the file is rewritten in prompt
-order and ``results.json`` is written. A folder holding another run's samples (another model,
-other settings or another prompt file) is refused unless ``overwrite`` is set. ``run.lock`` is
-held while a run writes, so a second run on the same folder stops at once.
+fsynced as its response ends, so a killed run loses only the responses in flight; when the run
+resumes, a torn last line is cut off, and any other line that is not a sample is skipped with a
+warning naming it (the samples after it are kept). Once every prompt has its line the file is
+rewritten in prompt order and ``results.json`` is written. A folder holding another run's samples
+(another model, other settings or another prompt file) is refused unless ``overwrite`` is set.
+``run.lock`` is held while a run writes, so a second run on the same folder stops at once.
 """
 
 from __future__ import annotations
@@ -14,12 +15,16 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import logging
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..json_values import json_safe, truncate_file, whole_json_lines, write_atomically
+from ..json_values import TORN, json_lines, json_safe, truncate_file, write_atomically
+from .prompts import is_prompt_key
+
+logger = logging.getLogger(__name__)
 
 MANIFEST = "run.json"
 SAMPLES = "samples.jsonl"
@@ -75,8 +80,8 @@ def locked(folder: str | Path) -> Iterator[None]:
 
 def start(folder: str | Path, manifest: Mapping[str, Any], overwrite: bool = False) -> list[dict[str, Any]]:
     """Check ``folder`` (:func:`check_folder`), write the manifest, and return the samples already
-    there: none for a new run or with ``overwrite`` (the old files are removed), else the complete
-    lines of ``samples.jsonl``, its torn end cut off."""
+    there: none for a new run or with ``overwrite`` (the old files are removed), else those of
+    ``samples.jsonl`` (:func:`recover_samples`)."""
     folder = Path(folder)
     check_folder(folder, manifest, overwrite)
     manifest = _jsonable(manifest)
@@ -89,16 +94,30 @@ def start(folder: str | Path, manifest: Mapping[str, Any], overwrite: bool = Fal
     return recover_samples(folder / SAMPLES) if same else []
 
 
+def _sample_problem(value: Any) -> str | None:
+    """Why a JSON line of ``samples.jsonl`` is not a sample (None when it is one)."""
+    if isinstance(value, dict) and is_prompt_key(value.get("key")) and isinstance(value.get("response"), str):
+        return None
+    return "not a sample: it needs an integer or string 'key' and a string 'response'"
+
+
 def recover_samples(path: str | Path) -> list[dict[str, Any]]:
-    """The complete sample lines of ``path``; the file is cut back to them (a kill can tear the last line)."""
+    """The sample lines of ``path``, in file order. A line that is blank, not JSON or not a sample is
+    skipped, and the lines after it are kept; only a torn last line (a kill) is cut off the file, so
+    that the next sample starts a line of its own. A warning names each line skipped."""
     path = Path(path)
-    samples, keep = [], 0
-    for record, size in whole_json_lines(path):
-        if not isinstance(record, dict) or "key" not in record or not isinstance(record.get("response"), str):
-            break
-        samples.append(record)
-        keep += size
-    truncate_file(path, keep)
+    samples, skipped, whole = [], [], 0
+    for line in json_lines(path):
+        problem = line.problem or _sample_problem(line.value)
+        if problem is None:
+            samples.append(line.value)
+        else:
+            skipped.append(f"line {line.number} ({problem})")
+        whole += 0 if line.problem == TORN else line.size
+    if skipped:
+        logger.warning("%s: skipped %s; a prompt with no other sample there is generated again.",
+                       path, ", ".join(skipped))
+    truncate_file(path, whole)
     return samples
 
 
