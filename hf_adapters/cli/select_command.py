@@ -7,7 +7,7 @@ import json
 import sys
 
 from ..conventions import SELECTION_CONVENTIONS, describe
-from ..data_io import LOADERS, read_records, read_rows
+from ..data_io import LOADERS, read_records, read_rows, written_id
 from ..json_values import json_safe, to_json_value
 from ..output_paths import check_output_path
 from ..selection import check_scores, selection_indices
@@ -30,8 +30,8 @@ def joined_scores(ids: list, lines: list[dict]) -> list[float]:
     for number, (value, line) in enumerate(zip(ids, lines, strict=True)):
         if "score" not in line:
             raise ValueError(f"Line {number + 1} of the score file has no `score`: {line!r:.80}")
-        if line.get("id") != to_json_value(value):
-            raise ValueError(f"Row {number}: the data's id {to_json_value(value)!r} differs from the score file's "
+        if line.get("id") != written_id(value):
+            raise ValueError(f"Row {number}: the data's id {written_id(value)!r} differs from the score file's "
                              f"{line.get('id')!r}; the score file was written for other data or another order.")
     return check_scores([line["score"] for line in lines], "the score file's `score`")
 
