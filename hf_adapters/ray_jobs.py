@@ -139,11 +139,21 @@ def ordered_scores(scored: Any, num_rows: int) -> Iterator[float | None]:
 
 
 def worker_error(error: BaseException) -> str:
-    """What went wrong in a worker, in one line: the last ``SomeError: message`` line of Ray's report."""
+    """What went wrong in a worker, in one line: the last ``SomeError: message`` line of Ray's report
+    that is not one of Ray's own exceptions (Ray Data raises a worker's exception again as
+    ``ray.exceptions.UserCodeException``, whose line comes last), else Ray's exception and the
+    report's first line (a worker that died)."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    causes = [line for line in lines if ": " in line and line.split(": ", 1)[0].rpartition(".")[2].endswith(
-        ("Error", "Exception"))]
-    return causes[-1] if causes else (lines[-1] if lines else type(error).__name__)
+    causes = [line for line in lines if _names_an_exception(line) and not line.startswith("ray.")]
+    if causes:
+        return causes[-1]
+    return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
+
+
+def _names_an_exception(line: str) -> bool:
+    """Whether ``line`` reads ``SomeError: message`` (or ``package.SomeException: message``)."""
+    name, separator, _ = line.partition(": ")
+    return bool(separator) and " " not in name and name.rpartition(".")[2].endswith(("Error", "Exception"))
 
 
 def _ids(dataset: Dataset) -> Iterator[Any]:
@@ -155,14 +165,14 @@ def _ids(dataset: Dataset) -> Iterator[Any]:
 
 def _set_progress(ray: Any, progress: bool) -> None:
     """Show Ray Data's progress bars (or not), and none of its execution plans (nor, without progress,
-    its warnings)."""
+    its warnings and errors: a failure is told by the job's own error)."""
     import logging
 
     context = ray.data.DataContext.get_current()
     context.enable_progress_bars = progress
     context.use_ray_tqdm = False  # bars drawn here, by tqdm (Ray's own are sent through worker logs)
     context.print_on_execution_start = False
-    logging.getLogger("ray.data").setLevel(logging.WARNING if progress else logging.ERROR)
+    logging.getLogger("ray.data").setLevel(logging.WARNING if progress else logging.CRITICAL)
     # Without a terminal, Ray Data logs its progress every 10 s instead of drawing bars.
     logging.getLogger("ray.data._internal.progress").setLevel(logging.INFO if progress else logging.ERROR)
 

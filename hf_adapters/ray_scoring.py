@@ -7,6 +7,7 @@ workers checked against the cluster). Ray is imported inside the functions that 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -15,6 +16,31 @@ from .options import DEFAULT_BATCH_SIZE
 #: The column that carries each row's index in the data through Ray (added by the scoring job):
 #: messages name rows by it, and the driver checks the order with it.
 ROW_COLUMN = "__hf_adapters_row"
+#: How often Ray replaces a worker that died (a lost node, a killed process) and hands its batch to
+#: the new one: a batch that kills every worker it reaches stops the run on the third death, where
+#: Ray's default would replace workers forever.
+WORKER_RESTARTS = 2
+
+
+def worker_environment() -> dict[str, str]:
+    """This process's settings that change scores, for the workers: ``HF_ADAPTERS_CPU_LINEAR`` where
+    it is set (Ray starts workers with the environment of the node's ``ray start``, not this one's)."""
+    from .cpu_kernels import CPU_LINEAR_ENV
+
+    value = os.environ.get(CPU_LINEAR_ENV)
+    return {CPU_LINEAR_ENV: value} if value else {}
+
+
+def worker_threads(gpus_per_worker: float) -> int | None:
+    """Torch threads for each worker: where the CPU kernel is pinned and the workers score on CPU,
+    this process's count, which the single-process job scores with (MKL sums small products in an
+    order that depends on the thread count, and Ray gives a worker one thread per CPU it holds);
+    else None, Ray's choice."""
+    import torch
+
+    from .cpu_kernels import cpu_linear_setting
+
+    return None if gpus_per_worker or cpu_linear_setting() == "auto" else torch.get_num_threads()
 
 
 def build_worker_scorer(config: Mapping[str, Any], device: str | None = None) -> Any:
@@ -50,8 +76,9 @@ class ScoreBatches:
 
     ``names`` maps outputs to column names (default: the outputs' own); ``keep_columns=False``
     returns only the score columns (and :data:`ROW_COLUMN`, if the batch has it); ``device``
-    (``"cpu"``) keeps the model off a GPU the worker was not given. Each batch's rows are checked
-    with the scorer's ``check_rows`` before they are scored; a missing optional column reads as None.
+    (``"cpu"``) keeps the model off a GPU the worker was not given; ``threads`` sets torch's thread
+    count (see :func:`worker_threads`). Each batch's rows are checked with the scorer's
+    ``check_rows`` before they are scored; a missing optional column reads as None.
 
     Example:
         >>> import pyarrow as pa
@@ -62,11 +89,14 @@ class ScoreBatches:
     """
 
     def __init__(self, config: Mapping[str, Any], names: Mapping[str, str] | None = None, keep_columns: bool = True,
-                 device: str | None = None):
+                 device: str | None = None, threads: int | None = None):
+        import torch
         from datasets import Features
 
         from .columns import output_names
 
+        if threads:
+            torch.set_num_threads(threads)
         self.scorer = build_worker_scorer(config, device)
         self.names = output_names(self.scorer, names)
         self.types = {field.name: field.type for field in Features(self.scorer.output_features()).arrow_schema}
@@ -109,13 +139,16 @@ def add_ray_score_columns(
     (renamed by ``names``: output -> column), in ``ds``'s row order: lazily, like any Ray Data
     transform. ``num_workers`` actors score it, each with its own copy of the model and
     ``gpus_per_worker`` GPUs (0: on CPU), ``batch_size`` rows per call (default: the config's).
+    The workers get this process's ``HF_ADAPTERS_CPU_LINEAR`` and, where it pins the kernel of CPU
+    workers, its torch thread count: then they score as this process would, bit for bit.
 
     Connects to Ray first if this process is not connected (see
     :func:`hf_adapters.ray_cluster.connect`), refuses workers the cluster cannot place, and turns on
     ``preserve_order`` in ``ds``'s context. Rows are checked batch by batch in the workers, so a bad
     row fails the run with a ``ray.exceptions.RayTaskError`` naming it (the command line checks every
-    row before it starts). On a cluster whose every CPU the workers take, a data set read from files
-    (``read_parquet`` ...) has no CPU left for its read tasks: leave one free.
+    row before it starts); a worker that dies is replaced :data:`WORKER_RESTARTS` times at most. On a
+    cluster whose every CPU the workers take, a data set read from files (``read_parquet`` ...) has
+    no CPU left for its read tasks: leave one free.
 
     Example:
         >>> import ray
@@ -140,6 +173,7 @@ def add_ray_score_columns(
     check_resources(num_workers, gpus_per_worker)
     ray = import_ray()
     ds.context.execution_options.preserve_order = True
+    environment = worker_environment()
     return ds.map_batches(
         ScoreBatches,
         batch_size=int(scorer.config.get("batch_size") or DEFAULT_BATCH_SIZE),
@@ -148,5 +182,9 @@ def add_ray_score_columns(
         num_cpus=1,
         num_gpus=gpus_per_worker or None,
         fn_constructor_kwargs={"config": dict(config), "names": names, "keep_columns": keep_columns,
-                               "device": None if gpus_per_worker else "cpu"},
+                               "device": None if gpus_per_worker else "cpu",
+                               "threads": worker_threads(gpus_per_worker)},
+        max_restarts=WORKER_RESTARTS,
+        max_task_retries=WORKER_RESTARTS,
+        **({"runtime_env": {"env_vars": environment}} if environment else {}),
     )
