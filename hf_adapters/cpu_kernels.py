@@ -216,6 +216,36 @@ def choose_cpu_linear(model: torch.nn.Module, rows: int | None = None) -> Linear
     return measured[key]
 
 
+def _choice_tables() -> dict[str, dict[frozenset, LinearKernelChoice]]:
+    """The choices made, by batch class: below ``LONG_ROWS`` positions, and at or above."""
+    return {"short": _measured, "long": _measured_long}
+
+
+def linear_choices(model: torch.nn.Module) -> dict[str, str]:
+    """The kernels this process has chosen for the model's float32 CPU linear layers, by batch class
+    (``"short"``, ``"long"``): forced by ``HF_ADAPTERS_CPU_LINEAR``, or measured so far (a class not
+    measured yet is absent)."""
+    shapes = linear_shapes(model)
+    if not shapes:
+        return {}
+    if cpu_linear_setting() != "auto" or not onednn_linear_available():
+        kernel = choose_cpu_linear(model).kernel
+        return dict.fromkeys(_choice_tables(), kernel)
+    key = frozenset(shapes.items())
+    return {name: measured[key].kernel for name, measured in _choice_tables().items() if key in measured}
+
+
+def reuse_linear_choices(model: torch.nn.Module, choices: Mapping[str, str]) -> None:
+    """Use ``choices`` (of :func:`linear_choices`, made by an earlier process: the first run of a
+    resumed job) for the model's batch classes instead of measuring, so that the same kernel runs the
+    same products. ``HF_ADAPTERS_CPU_LINEAR=onednn|default`` still overrides them."""
+    key = frozenset(linear_shapes(model).items())
+    tables = _choice_tables()
+    for name, kernel in choices.items():
+        if name in tables and kernel in LINEAR_KERNELS and key:
+            tables[name][key] = LinearKernelChoice(kernel, "chosen by an earlier run of the same job")
+
+
 def cpu_linear_kernel(model: torch.nn.Module, rows: int | None = None) -> contextlib.AbstractContextManager:
     """Context in which the model's float32 CPU linear layers run on the kernel chosen for batches of
     ``rows`` positions (:func:`choose_cpu_linear`); a no-op for models off the CPU."""

@@ -202,6 +202,11 @@ def prompt_text(
     return template_no_input.format(instruction=instruction)
 
 
+def labels_or_numbers(labels: Sequence[str] | None, count: int) -> Sequence[str]:
+    """How warnings name ``count`` rows: by ``labels``, else ``Row 0``, ``Row 1``..."""
+    return [f"Row {row}" for row in range(count)] if labels is None else labels
+
+
 def fit_pairs(
     contexts: Sequence[list[int]], answers: Sequence[list[int]], labels: Sequence[str], max_length: int | None,
     empty: Sequence[str] | None = None,
@@ -240,11 +245,11 @@ def ifd_items(
     template: str = DEFAULT_TEMPLATE,
     template_no_input: str = DEFAULT_TEMPLATE_NO_INPUT,
     max_length: int | None = None,
-    first_row: int = 0,
+    labels: Sequence[str] | None = None,
 ) -> tuple[list[tuple[list[int], list[int]] | None], int]:
     """Per row, the conditional (prompt ids, answer ids) pair with the answer cut so the pair fits
-    ``max_length``, or None for a row with nothing to score (a warning names it, counting from
-    ``first_row``); and the number of truncated rows."""
+    ``max_length``, or None for a row with nothing to score (a warning names it by its label in
+    ``labels``, default ``Row 0``, ``Row 1``...); and the number of truncated rows."""
     if not outputs:
         return [], 0
     rows = zip(instructions, inputs, strict=True)
@@ -252,8 +257,7 @@ def ifd_items(
     # The prompt keeps the tokenizer's default special tokens; a rendered chat template already holds its own.
     contexts = tokenizer(prompts, add_special_tokens=template != CHAT_TEMPLATE).input_ids
     answers = tokenizer(list(outputs), add_special_tokens=False).input_ids
-    labels = [f"Row {row}" for row in range(first_row, first_row + len(answers))]
-    return fit_pairs(contexts, answers, labels, max_length)
+    return fit_pairs(contexts, answers, labels_or_numbers(labels, len(answers)), max_length)
 
 
 def reverse_items(
@@ -264,11 +268,12 @@ def reverse_items(
     *,
     reverse_template: str = DEFAULT_REVERSE_TEMPLATE,
     max_length: int | None = None,
-    first_row: int = 0,
+    labels: Sequence[str] | None = None,
 ) -> tuple[list[tuple[list[int], list[int]] | None], int]:
     """Per row, the reverse pair: the prompt ``reverse_template.format(output=...)`` (the tokenizer's
     default special tokens, as the forward prompt) and the question, the instruction and its input
-    joined with a newline, cut to fit ``max_length``; None for a row with an empty output."""
+    joined with a newline, cut to fit ``max_length``; None for a row with an empty output (a warning
+    names it by its label in ``labels``)."""
     if not outputs:
         return [], 0
     contexts = tokenizer([reverse_template.format(output=output) for output in outputs]).input_ids
@@ -276,9 +281,8 @@ def reverse_items(
                  zip(instructions, inputs, strict=True)]
     answers = [ids if output else [] for ids, output in
                zip(tokenizer(questions, add_special_tokens=False).input_ids, outputs, strict=True)]
-    labels = [f"Row {row}" for row in range(first_row, first_row + len(answers))]
     empty = ["output" if not output else "instruction" for output in outputs]
-    return fit_pairs(contexts, answers, labels, max_length, empty)
+    return fit_pairs(contexts, answers, labels_or_numbers(labels, len(answers)), max_length, empty)
 
 
 def ifd_ratio(conditional: ContinuationScore, direct: ContinuationScore, mode: str = "ppl_ratio") -> float:
@@ -317,7 +321,7 @@ def score_pass_pairs(
     """The scores of each (conditional pair, direct pair) (None stays None), both passes of all rows
     in one call of the backend."""
     valid = [item for item in items if item is not None]
-    scores = backend.score(
+    scores = backend.score_checked(
         [conditional for conditional, _ in valid] + [direct for _, direct in valid],
         max_length=max_length, batch_size=batch_size, progress=progress, desc="IFD", token_losses=token_losses,
     )
@@ -345,21 +349,22 @@ def peer_items(
     inputs: Sequence[str],
     *,
     max_length: int | None,
-    first_row: int = 0,
+    labels: Sequence[str] | None = None,
 ) -> list[tuple[Pair, Pair] | None]:
     """Per row, the (conditional, direct) pairs a peer's code scores (see :mod:`hf_adapters.conventions`),
-    or None where it gives no score (a warning counts those rows)."""
+    or None where it gives no score (a warning counts those rows and names the first five by their labels)."""
     if max_length is None:
         raise ValueError(f"convention={options.convention!r} cuts the passes by `max_length`: pass one (the model "
                          "does not say how many positions it has).")
     prompts = [prompt_text(tokenizer, instruction, input, options.prompt_template, options.prompt_template_no_input)
                for instruction, input in zip(instructions, inputs, strict=True)]
     items = peer_ifd_pairs(tokenizer, options.peer, prompts, outputs, max_length)
-    if unscored := [row for row, item in enumerate(items, first_row) if item is None]:
+    named = zip(labels_or_numbers(labels, len(items)), items, strict=True)
+    if unscored := [label for label, item in named if item is None]:
         logger.warning("%d row(s) get no IFD under convention=%r (an empty answer, no answer token left within "
-                       "max_length=%d%s): rows %s%s.", len(unscored), options.convention, max_length,
+                       "max_length=%d%s): %s%s.", len(unscored), options.convention, max_length,
                        ", or skipped by its selection script" if options.peer.unrated_when_long else "",
-                       ", ".join(map(str, unscored[:5])), "..." if len(unscored) > 5 else "")
+                       ", ".join(unscored[:5]), "..." if len(unscored) > 5 else "")
     return items
 
 
@@ -377,27 +382,28 @@ def score_ifd(
     *,
     batch_size: int | None = None,
     progress: bool | None = None,
-    first_row: int = 0,
+    labels: Sequence[str] | None = None,
 ) -> dict:
-    """IFD (``direction="reverse"``: r-IFD) of validated rows with a backend: the body of :func:`compute_ifd`."""
+    """IFD (``direction="reverse"``: r-IFD) of validated rows with a backend: the body of :func:`compute_ifd`.
+    ``labels`` name the rows in warnings (default ``Row 0``, ``Row 1``...)."""
     tokenizer = backend.tokenizer
     if options.prompt_template == CHAT_TEMPLATE and not tokenizer.chat_template:
         raise ValueError("template='chat' needs a tokenizer with a chat template; this one has none.")
     max_length = backend.window(options.max_length)
     if options.peer.peer:
         items = peer_items(tokenizer, options, instructions, outputs, inputs, max_length=max_length,
-                           first_row=first_row)
+                           labels=labels)
         # The peers' direct pass may be a few tokens longer than max_length: only the model's limit applies.
         pairs = score_pass_pairs(backend, items, max_length=None, batch_size=batch_size, progress=progress)
         return ifd_result(pairs, options.ratio)
     if options.direction == "reverse":
         items, truncated = reverse_items(tokenizer, instructions, outputs, inputs,
                                          reverse_template=options.reverse_template, max_length=max_length,
-                                         first_row=first_row)
+                                         labels=labels)
     else:
         items, truncated = ifd_items(
             tokenizer, instructions, outputs, inputs, template=options.prompt_template,
-            template_no_input=options.prompt_template_no_input, max_length=max_length, first_row=first_row,
+            template_no_input=options.prompt_template_no_input, max_length=max_length, labels=labels,
         )
     if truncated:
         logger.warning("%d row(s) were longer than max_length=%s; their outputs were truncated.", truncated, max_length)
@@ -418,7 +424,7 @@ def score_conversation_ifd(
     *,
     batch_size: int | None = None,
     progress: bool | None = None,
-    row_numbers: Sequence[int] | None = None,
+    labels: Sequence[str] | None = None,
 ) -> dict:
     """IFD of each assistant turn after its history, and of each conversation (checked messages).
 
@@ -427,17 +433,18 @@ def score_conversation_ifd(
     alone. ``turns="last"`` scores the last assistant turn; ``"all"`` every one, and the
     conversation's IFD is then exp(total conditional NLL / N) / exp(total direct NLL / N) over all
     its N scored answer tokens (``loss_ratio``: the ratio of the means). All turns of all
-    conversations go through one call of the backend. ``row_numbers`` name the conversations in warnings.
+    conversations go through one call of the backend. ``labels`` name the conversations in warnings
+    (default ``Row 0``, ``Row 1``...).
     """
     tokenizer, mode = backend.tokenizer, options.ratio
     max_length = backend.window(options.max_length)
     per_conversation = [turn_pairs(tokenizer, messages, options.turns or "last", options.turn_template)
                         for messages in conversations]
-    row_numbers = range(len(conversations)) if row_numbers is None else row_numbers
-    labels = [f"Conversation {row}, turn {turn}" for row, pairs in zip(row_numbers, per_conversation, strict=True)
-              for turn in range(len(pairs))]
+    turn_labels = [f"{label}, turn {turn}" for label, pairs in
+                   zip(labels_or_numbers(labels, len(conversations)), per_conversation, strict=True)
+                   for turn in range(len(pairs))]
     flat = [pair for pairs in per_conversation for pair in pairs]
-    items, truncated = fit_pairs([c for c, _ in flat], [a for _, a in flat], labels, max_length)
+    items, truncated = fit_pairs([c for c, _ in flat], [a for _, a in flat], turn_labels, max_length)
     if truncated:
         logger.warning("%d turn(s) were longer than max_length=%s; their answers were truncated.", truncated,
                        max_length)

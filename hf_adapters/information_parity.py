@@ -94,8 +94,10 @@ def score_texts(
     keys = {text: (scope, options.max_length, text) for text in dict.fromkeys(texts)}
     known = {text: _text_scores[key] for text, key in keys.items() if scope is not None and key in _text_scores}
     distinct = [text for text in keys if text not in known]
-    scores = backend.score(text_items(backend.tokenizer, distinct), max_length=options.max_length,
-                           batch_size=batch_size, progress=progress, desc="Information parity") if distinct else []
+    scores = backend.score_checked(
+        text_items(backend.tokenizer, distinct), max_length=options.max_length, batch_size=batch_size,
+        progress=progress, desc="Information parity",
+    ) if distinct else []
     if truncated := sum(score.truncated for score in scores):
         logger.warning("%d text(s) were longer than max_length and were truncated.", truncated)
     result = {**known, **dict(zip(distinct, scores, strict=True))}

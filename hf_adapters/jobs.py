@@ -3,7 +3,9 @@
 Layout of a job writing ``OUTPUT``: a work directory ``OUTPUT.parts/`` holds ``lock`` (process 0
 holds an exclusive lock on it while the job runs, so a second identical command stops at once),
 ``manifest.json`` (what the job is: scorer config, data fingerprint, row count, and the chunk size
-it started with) and one append-only ``rank-00000.jsonl`` per process. The rows are cut into
+it started with), ``choices.json`` (what process 0's backend chose by measuring, such as the CPU
+kernel of the float32 products: a rerun makes the same choices, so that a resumed file is the file
+of an uninterrupted run) and one append-only ``rank-00000.jsonl`` per process. The rows are cut into
 chunks once, when the job starts; each run splits the chunks still to do into contiguous runs,
 one per process, so a job may resume with any number of processes and any batch size (neither
 changes a score). A process appends a chunk's lines and fsyncs them before starting the next
@@ -45,9 +47,9 @@ from .columns import add_score_columns
 from .json_values import json_safe, to_json_value, truncate_file, whole_json_lines, write_atomically
 from .options import DEFAULT_BATCH_SIZE
 from .output_paths import check_output_path
-from .score_files import SCORE, OutputFormat, count_valid, records, write_output
+from .score_files import SCORE, SHARD_PATTERN, OutputFormat, count_valid, records, write_output
 from .scorers import RowScorer, build_scorer
-from .scorers.base import row_name
+from .scorers.base import ModelRowScorer, row_name
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +59,8 @@ COMPLETE = "complete.json"
 LOCK = "lock"
 #: Written by the process that reaches the end of a stream: how many rows it has.
 STREAM_ROWS = "rows.json"
+#: Choices process 0's backend made by measuring (which CPU kernel runs the products): a rerun reuses them.
+CHOICES = "choices.json"
 #: Chunk size for scorers whose config has no ``batch_size``.
 DEFAULT_CHUNK_SIZE = DEFAULT_BATCH_SIZE
 #: Rows converted to dicts at a time when checking a data set before scoring.
@@ -100,6 +104,18 @@ def work_dir_for(output_path: str | Path) -> Path:
     return output_path.with_name(output_path.name + ".parts")
 
 
+def work_files(output_path: str | Path, output: OutputFormat) -> list[Path]:
+    """Files a job writes on the way to ``output_path`` (one of each kind): its part, manifest and
+    markers in the work directory, the temporary output and, for Parquet, the shards."""
+    output_path, work_dir = Path(output_path), work_dir_for(output_path)
+    temporary = output_path.with_name(output_path.name + ".tmp")
+    files = [work_dir / name for name in ("rank-00000.jsonl", "rank-00000.done", MANIFEST, COMPLETE, STREAM_ROWS,
+                                          CHOICES, LOCK)]
+    if output.kind == "parquet":
+        return [*files, *(folder / SHARD_PATTERN.format(0) for folder in (output_path, temporary))]
+    return [*files, temporary]
+
+
 def shard_range(num_rows: int, chunk_size: int, rank: int, world_size: int) -> range:
     """The rows process ``rank`` scores: a contiguous run of whole chunks, earlier ranks taking the remainder."""
     per_rank, extra = divmod(math.ceil(num_rows / chunk_size), world_size)
@@ -116,13 +132,15 @@ def is_out_of_memory(error: BaseException) -> bool:
 
 
 def score_chunk(scorer: RowScorer, rows: Sequence[Mapping[str, Any]], offset: int = 0) -> list[float]:
-    """``scorer.score_rows(rows)``; on an out-of-memory error, score each half separately instead.
+    """``scorer.score_rows(rows)``, told that the rows begin at row ``offset`` of the data (so that
+    messages name a row by its index in the data and its id); on an out-of-memory error, score each
+    half separately instead.
 
     Halving the rows halves the batch's token budget; it recurses down to a single row, and a row
     that does not fit alone raises a RuntimeError naming it. No row is ever dropped.
     """
     try:
-        scores = scorer.score_rows(rows)
+        scores = scorer.score_rows_from(rows, offset)
     except RuntimeError as error:
         if not is_out_of_memory(error):
             raise
@@ -190,22 +208,27 @@ def run_scoring_job(
     dataset = dataset if streaming else dataset.with_format(None)
     chunk_size = int(scorer.config.get("batch_size") or DEFAULT_CHUNK_SIZE)
     check_dataset(dataset, scorer, output)
+    schema = output_schema(dataset, output)
     scorer.prepare()  # a model that fails to load leaves no work directory behind
 
-    # Batch size and process count are not part of the job: scores do not depend on them.
+    # Batch size and process count are not part of the job: scores do not depend on them. A model the
+    # job cannot identify (an object, a backend whose identity() is None) makes results it never reuses.
+    identity = scorer.model_identity()
     manifest = {
         "scorer": {key: value for key, value in scorer.fingerprint().items() if key != "batch_size"},
-        "model": scorer.model_identity(),
+        "model": identity,
+        "identified": identity is not None or not isinstance(scorer, ModelRowScorer),
         "data": data_fingerprint or dataset._fingerprint,
         "rows": None if streaming else len(dataset),
         "chunk_size": chunk_size,
     }
     with _job_lock(work_dir_for(output_path), state):
-        return _run_locked(dataset, scorer, output_path, _jsonable(manifest), overwrite, progress, started, output)
+        return _run_locked(dataset, scorer, output_path, _jsonable(manifest), overwrite, progress, started, output,
+                           schema)
 
 
 def _run_locked(dataset: Dataset | IterableDataset, scorer: RowScorer, output_path: Path, manifest: dict[str, Any],
-                overwrite: bool, progress: bool, started: float, output: OutputFormat) -> JobSummary:
+                overwrite: bool, progress: bool, started: float, output: OutputFormat, schema: Any) -> JobSummary:
     state = PartialState()
     work_dir = work_dir_for(output_path)
     decision, chunk_size = _open_work_dir(work_dir, output_path, manifest, overwrite, state, output)
@@ -226,6 +249,8 @@ def _run_locked(dataset: Dataset | IterableDataset, scorer: RowScorer, output_pa
     already = sum(len(_chunk_rows(chunk, num_rows, chunk_size)) for chunk in done)
     if already and state.is_main_process:
         logger.info("resuming: %d of %s rows already scored", already, "?" if num_rows is None else num_rows)
+    choices = _read_json(work_dir / CHOICES) or {}
+    scorer.reuse_measured_choices(choices)  # the kernels that scored the done chunks score the rest
     state.wait_for_everyone()
 
     part = work_dir / f"rank-{state.process_index:05d}.jsonl"
@@ -238,6 +263,9 @@ def _run_locked(dataset: Dataset | IterableDataset, scorer: RowScorer, output_pa
             if isinstance(dataset, IterableDataset):
                 scorer.check_rows(rows, start)
             scores = score_chunk(scorer, rows, start)
+            if state.is_main_process and (made := scorer.measured_choices()) != choices:
+                write_atomically(work_dir / CHOICES, json.dumps(made, sort_keys=True))  # before the scores
+                choices = made
             handle.write(b"".join(_part_line(i, row.get("id", ""), score)
                                   for i, (row, score) in enumerate(zip(rows, scores, strict=True), start)))
             handle.flush()
@@ -249,7 +277,7 @@ def _run_locked(dataset: Dataset | IterableDataset, scorer: RowScorer, output_pa
     num_rows = manifest["rows"] if manifest["rows"] is not None else _stream_rows(work_dir)
     valid = None
     if state.is_main_process:
-        valid = _merge(work_dir, output_path, num_rows, chunk_size, output, dataset)
+        valid = _merge(work_dir, output_path, num_rows, chunk_size, output, dataset, schema)
     [valid] = broadcast_object_list([valid]) if state.num_processes > 1 else [valid]
     return JobSummary(num_rows, valid, time.perf_counter() - started, num_rows - already)
 
@@ -258,10 +286,12 @@ def check_dataset(dataset: Dataset | IterableDataset, scorer: RowScorer, output:
     """Before anything is scored: adapt ``scorer`` to the data's columns, refuse a ``score`` column
     that ``output`` would overwrite, and check every row of a ``Dataset`` with ``scorer.check_rows``
     (a ValueError names the first bad row). A stream's rows are checked as they are read."""
-    if dataset.column_names is not None:
-        scorer.use_columns(dataset.column_names)
-        if output.keep_columns and SCORE in dataset.column_names:
-            raise ValueError(f"The data has a column {SCORE!r}: with keep_columns the score would replace it.")
+    columns = dataset.column_names
+    if columns is None:  # a stream that does not say its columns: its first row does
+        columns = list(next(iter(dataset), {}))
+    scorer.use_columns(columns)
+    if output.keep_columns and SCORE in columns:
+        raise ValueError(f"The data has a column {SCORE!r}: with keep_columns the score would replace it.")
     if isinstance(dataset, Dataset):
         for start in range(0, len(dataset), CHECK_CHUNK_SIZE):
             scorer.check_rows(_rows(dataset, start, min(start + CHECK_CHUNK_SIZE, len(dataset))), start)
@@ -299,8 +329,16 @@ def _my_chunks(dataset: Dataset | IterableDataset, done: set[int], num_rows: int
 def _stream_rows(work_dir: Path) -> int | None:
     """A stream's row count, once a process has read to its end; None before."""
     try:
-        return int(json.loads((work_dir / STREAM_ROWS).read_text(encoding="utf-8"))["rows"])
-    except (OSError, ValueError, KeyError, TypeError):
+        return int(_read_json(work_dir / STREAM_ROWS)["rows"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _read_json(path: Path) -> Any:
+    """The value of a JSON file the job wrote (atomically); None where there is none."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
         return None
 
 
@@ -403,7 +441,8 @@ def _open_work_dir(work_dir: Path, output_path: Path, manifest: dict[str, Any], 
 
 
 def _same_job(old: Mapping[str, Any], manifest: Mapping[str, Any]) -> bool:
-    return all(old.get(key) == manifest[key] for key in ("scorer", "model", "data", "rows"))
+    return old.get("identified", True) and manifest["identified"] and all(
+        old.get(key) == manifest[key] for key in ("scorer", "model", "data", "rows"))
 
 
 def _decide(work_dir: Path, output_path: Path, manifest: dict[str, Any], overwrite: bool,
@@ -428,10 +467,15 @@ def _decide(work_dir: Path, output_path: Path, manifest: dict[str, Any], overwri
     reasons = []
     if old.get("scorer") != manifest["scorer"]:
         reasons.append(f"the scorer config changed (was {old.get('scorer')}, now {manifest['scorer']})")
-    if old.get("model") != manifest["model"]:
+    if not (old.get("identified", True) and manifest["identified"]):
+        reasons.append("the model has no identity (a model object, or a backend whose identity() is None), so "
+                       "nothing can tell that its results are this model's")
+    elif old.get("model") != manifest["model"]:
         reasons.append("the model changed (its weight files, or the dtype or device type it scores in)")
     if old.get("data") != manifest["data"] or old.get("rows") != manifest["rows"]:
-        reasons.append(f"the input data changed ({old.get('rows')} rows before, {manifest['rows']} now)")
+        counts = (f" ({old.get('rows')} rows before, {manifest['rows']} now)"
+                  if old.get("rows") is not None and manifest["rows"] is not None else "")
+        reasons.append(f"the input data changed{counts}")
     return (
         f"{work_dir} holds partial results of a different job: {'; '.join(reasons) or 'its manifest differs'}. "
         "Rerun the original job to resume it, or pass --overwrite to discard those results and start again."
@@ -487,10 +531,10 @@ def _wait_for_parts(work_dir: Path, world_size: int) -> None:
 
 
 def _merge(work_dir: Path, output_path: Path, num_rows: int, chunk_size: int, output: OutputFormat,
-           dataset: Dataset | IterableDataset) -> int:
+           dataset: Dataset | IterableDataset, schema: Any) -> int:
     """Write every chunk of every part, in input order (with the rows' own columns when ``output`` keeps
-    them, read again from ``dataset``), to the output; then mark the job complete and clean up.
-    Returns the valid count."""
+    them, read again from ``dataset``), to the output of ``schema`` (:func:`output_schema`); then mark
+    the job complete and clean up. Returns the valid count."""
     chunks: dict[int, list[dict[str, Any]]] = {}
     for part in sorted(work_dir.glob("rank-*.jsonl")):
         chunks.update(_part_chunks(part, num_rows, chunk_size)[0])
@@ -498,10 +542,7 @@ def _merge(work_dir: Path, output_path: Path, num_rows: int, chunk_size: int, ou
         raise RuntimeError(f"The parts in {work_dir} lack {len(missing)} chunk(s), the first at row "
                            f"{missing[0] * chunk_size}.")
     scored = (record for chunk in sorted(chunks) for record in chunks[chunk])
-    rows = schema = None
-    if output.keep_columns:
-        rows = iter_rows(dataset)
-        schema = output_schema(dataset, output)
+    rows = iter_rows(dataset) if output.keep_columns else None
     valid = write_output(output_path, output, records(scored, rows), schema)
     manifest = json.loads((work_dir / MANIFEST).read_text(encoding="utf-8"))
     write_atomically(work_dir / COMPLETE, json.dumps({**manifest, "total_rows": num_rows}))
@@ -511,13 +552,36 @@ def _merge(work_dir: Path, output_path: Path, num_rows: int, chunk_size: int, ou
 
 
 def output_schema(dataset: Dataset | IterableDataset, output: OutputFormat) -> Any:
-    """The Parquet schema of an output keeping the rows' columns: theirs and a float64 ``score``;
-    None for other outputs, or a stream whose features are not known."""
-    if not (output.keep_columns and output.kind == "parquet" and dataset.features is not None):
+    """The Parquet schema of an output keeping the rows' columns: theirs, of the types the data holds
+    (those ``output.column_types`` names, as the source stores them), and a float64 ``score``. A
+    stream that does not say its types is read once to learn them, so that a column empty in its
+    first rows still gets the type of its later values; types that cannot be reconciled are a
+    ValueError. None for other outputs."""
+    if not (output.keep_columns and output.kind == "parquet"):
         return None
     import pyarrow as pa
 
-    return dataset.features.arrow_schema.append(pa.field(SCORE, pa.float64()))
+    columns = dataset.features.arrow_schema if dataset.features is not None else _stream_schema(dataset)
+    if output.column_types is not None:
+        source = output.column_types
+        columns = pa.schema([source.field(field.name) if field.name in source.names else field
+                             for field in columns])
+    return columns.remove_metadata().append(pa.field(SCORE, pa.float64()))
+
+
+def _stream_schema(dataset: IterableDataset) -> Any:
+    """The types of a stream's columns, unified over all its rows (null promoted to any type)."""
+    import pyarrow as pa
+
+    schema = None
+    for start, batch in enumerate(dataset.iter(batch_size=CHECK_CHUNK_SIZE)):
+        try:
+            types = pa.Table.from_pydict(batch).schema
+            schema = types if schema is None else pa.unify_schemas([schema, types], promote_options="permissive")
+        except (pa.ArrowException, OverflowError) as error:
+            raise ValueError(f"The rows' columns cannot be kept in Parquet: from row {start * CHECK_CHUNK_SIZE} on, "
+                             f"{error}") from None
+    return schema if schema is not None else pa.schema([])
 
 
 def _remove_work_dir(work_dir: Path) -> None:

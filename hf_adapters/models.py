@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from .options import DEFAULT_MODEL_ID
@@ -398,7 +399,7 @@ def load_model(
         for source in sources:
             try:
                 model, tokenizer = _load_from(source, dtype, trust_remote_code, attention_implementation(device, dtype))
-            except (OSError, ValueError, ImportError, RuntimeError) as error:
+            except (OSError, ValueError, ImportError, RuntimeError, SafetensorError) as error:
                 failures.append(f"  {source}: {type(error).__name__}: {str(error).splitlines()[0][:300]}")
                 continue
             if source.path != model_id:

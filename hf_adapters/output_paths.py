@@ -5,19 +5,20 @@ from __future__ import annotations
 import fnmatch
 import glob
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from .score_files import check_parquet_folder
 
 
 def check_output_path(output_path: str | Path, inputs: Mapping[str, str | Path | None] | None = None, *,
-                      folder: bool = False) -> None:
+                      folder: bool = False, work_files: Iterable[str | Path] = ()) -> None:
     """Refuse, before any work, an output that would destroy something or could not be written: an
     existing path that is not a regular file (a directory, a FIFO, a device; with ``folder``, one
     that is not a folder of Parquet shards), one that is or lies inside an input (``inputs``: what
-    each is -> its path, such as ``{"data": ..., "config": ...}``; links followed), or whose folder
-    is a file or is not writable. Raises a ValueError."""
+    each is -> its path, such as ``{"data": ..., "config": ...}``; links followed), one that an
+    input's glob matches, or any of the ``work_files`` the command writes on the way (a later run
+    would read them as data), or whose folder is a file or is not writable. Raises a ValueError."""
     output = Path(output_path).absolute()
     if folder:
         check_parquet_folder(output)
@@ -25,9 +26,12 @@ def check_output_path(output_path: str | Path, inputs: Mapping[str, str | Path |
         raise ValueError(f"The output {output} exists and is not a regular file (a directory, FIFO or device); "
                          "refusing to replace it.")
     target = output.resolve()
+    written = [target, *(Path(path).absolute() for path in work_files)]
     for what, source in (inputs or {}).items():
-        if source is not None and glob.has_magic(str(source)) and _matches(target, str(source)):
-            raise ValueError(f"The output {output} matches the input {what} {source}; a rerun would read it as data.")
+        if source is not None and glob.has_magic(str(source)):
+            if matched := next((path for path in written if _matches(path, str(source))), None):
+                name = "The output" if matched == target else f"The output's work file {matched} (of {output})"
+                raise ValueError(f"{name} matches the input {what} {source}; a rerun would read it as data.")
         if source is None or not Path(source).exists():  # a glob or a hub id: nothing there to destroy
             continue
         source = Path(source).resolve()

@@ -158,8 +158,8 @@ def score_perplexity(
         items = peer_text_pairs(tokenizer, texts, backend.window(options.max_length))
     else:
         items = text_items(tokenizer, texts, options.add_start_token)
-    scores = backend.score(items, max_length=options.max_length, batch_size=batch_size, progress=progress,
-                           desc="Perplexity", token_losses=options.return_token_losses)
+    scores = backend.score_checked(items, max_length=options.max_length, batch_size=batch_size, progress=progress,
+                                   desc="Perplexity", token_losses=options.return_token_losses)
     if truncated := sum(score.truncated for score in scores):
         logger.warning("%d text(s) were longer than max_length and were truncated; pass `stride` to score every "
                        "token in rolling windows.", truncated)
@@ -195,7 +195,7 @@ def score_rolling_perplexity(
     tokenizer = backend.tokenizer
     ids = tokenizer(list(texts), add_special_tokens=False).input_ids if texts else []
     windows = [rolling_items(text_ids, window, stride) for text_ids in ids]
-    scores = iter(backend.score(
+    scores = iter(backend.score_checked(
         [item for text_windows in windows for item in text_windows], batch_size=batch_size, progress=progress,
         desc="Perplexity (rolling)", truncate=False, token_losses=options.return_token_losses,
     ))
@@ -226,7 +226,7 @@ def score_conversation_perplexity(
     their mean and the corpus perplexity. All turns of all conversations go through one backend call."""
     per_conversation = [turn_pairs(backend.tokenizer, messages, "all", options.turn_template)
                         for messages in conversations]
-    scores = iter(backend.score(
+    scores = iter(backend.score_checked(
         [pair for pairs in per_conversation for pair in pairs], max_length=options.max_length,
         batch_size=batch_size, progress=progress, desc="Perplexity (conversations)",
     ))

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .data_io import written_id
 from .json_values import json_safe, to_json_value
 
 #: The name of the score in an output record.
@@ -30,11 +31,15 @@ class OutputFormat:
             ``part-00000.parquet``, ... in input order).
         keep_columns: write each row's own columns beside its score (else its ``id`` and ``score``).
         rows_per_shard: most rows in one Parquet shard.
+        column_types: a pyarrow schema of the rows' columns as their source stores them, for the types
+            ``datasets`` does not keep (a Parquet dictionary column reads as plain strings); a kept column
+            it names is written with its type.
     """
 
     kind: str = "jsonl"
     keep_columns: bool = False
     rows_per_shard: int = 1_000_000
+    column_types: Any = None
 
     def __post_init__(self) -> None:
         if self.kind not in OUTPUT_FORMATS:
@@ -87,6 +92,8 @@ def write_output(path: Path, output: OutputFormat, items: Iterable[dict], schema
     if output.kind == "jsonl":
         with open(temporary, "w", encoding="utf-8") as handle:
             for record in counted(items):
+                if not output.keep_columns:  # a null id as "", as a row without one gets
+                    record = {**record, "id": written_id(record["id"])}
                 handle.write(json.dumps(json_safe(record), ensure_ascii=False, default=to_json_value) + "\n")
             handle.flush()
             os.fsync(handle.fileno())
@@ -102,7 +109,8 @@ def write_output(path: Path, output: OutputFormat, items: Iterable[dict], schema
 
 
 def _write_shards(folder: Path, items: Iterator[dict], rows_per_shard: int, schema: Any) -> None:
-    """Parquet shards of at most ``rows_per_shard`` rows; the first shard's types hold for all."""
+    """Parquet shards of at most ``rows_per_shard`` rows, of ``schema``; without one, the first
+    shard's types hold for all."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -117,6 +125,9 @@ def _write_shards(folder: Path, items: Iterator[dict], rows_per_shard: int, sche
 
 
 def _write_shard(path: Path, shard: list[dict], schema: Any, pa, pq) -> Any:
+    if schema is None:  # the ids' type as the first shard has it; the score is a float64 in every shard
+        inferred = pa.Table.from_pylist(shard).schema
+        schema = inferred.set(inferred.get_field_index(SCORE), pa.field(SCORE, pa.float64())) if shard else None
     table = pa.Table.from_pylist(shard, schema=schema)
     pq.write_table(table, path)
     return table.schema

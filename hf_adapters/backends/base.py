@@ -2,14 +2,17 @@
 
 A backend holds a model (in this process, on a server, in an actor...) and its tokenizer, and
 answers one question: the NLL of continuation tokens given context tokens. Perplexity, IFD and
-Information Parity are formulas over :meth:`LikelihoodBackend.score`; they tokenize with the
-backend's ``tokenizer`` and read its position limit, and never touch the model.
+Information Parity are formulas over :meth:`LikelihoodBackend.score`, which they call through
+:meth:`LikelihoodBackend.score_checked` (its result checked against the contract, :func:`check_scores`);
+they tokenize with the backend's ``tokenizer`` and read its position limit, and never touch the model.
 """
 
 from __future__ import annotations
 
+import math
+import numbers
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..likelihood import ContinuationScore, Item, start_token_id
@@ -58,6 +61,16 @@ class LikelihoodBackend(ABC):
         (the results are then never reused across calls)."""
         return None
 
+    def measured_choices(self) -> dict[str, Any]:
+        """Choices this backend has made by measuring that move a score's last bits (which CPU kernel
+        runs the float32 products), as a JSON-able dict: a resumed job hands them to
+        :meth:`reuse_measured_choices` so that its rows are scored as the first run's were. None made: ``{}``."""
+        return {}
+
+    def reuse_measured_choices(self, choices: Mapping[str, Any]) -> None:
+        """Make the choices of an earlier process (:meth:`measured_choices`) instead of measuring again."""
+        return None
+
     @abstractmethod
     def score(
         self,
@@ -77,8 +90,14 @@ class LikelihoodBackend(ABC):
         position limit) keeping the context; with ``truncate=False`` nothing is cut. An item with
         nothing to score gets NaN. ``token_losses`` fills each score's ``token_nlls``.
         ``batch_size`` (None: the backend's choice), ``progress`` and ``desc`` change how the work
-        runs, never a score.
+        runs, never a score. The formulas check the result (:meth:`score_checked`).
         """
+
+    def score_checked(self, items: Sequence[Item], **settings: Any) -> list[ContinuationScore]:
+        """:meth:`score` (``settings`` are its keyword arguments), its result checked against the
+        contract (:func:`check_scores`): what the formulas call, so that a backend's mistake stops with
+        an error naming it instead of wrong scores. Subclasses implement :meth:`score`, not this."""
+        return check_scores(self, items, self.score(items, **settings), settings.get("token_losses", False))
 
     def generate(
         self,
@@ -117,3 +136,56 @@ class LikelihoodBackend(ABC):
         if limit is None or (max_length is not None and max_length <= limit):
             return max_length
         return limit
+
+
+class BackendContractError(ValueError):
+    """A backend's :meth:`LikelihoodBackend.score` returned what its contract rules out."""
+
+
+def backend_label(backend: LikelihoodBackend) -> str:
+    """How errors name a backend: its registered name and its class, else its class."""
+    cls = type(backend).__name__
+    return f"{backend.name!r} ({cls})" if backend.name else cls
+
+
+def score_problem(item: Item, score: Any, token_losses: bool) -> str | None:
+    """What breaks the contract in one item's score, or None."""
+    if not isinstance(score, ContinuationScore):
+        return f"a {type(score).__name__}, not a ContinuationScore"
+    length, count, nll = len(item[1]), score.num_tokens, score.nll
+    # A truncated item keeps fewer tokens than its continuation (none where its context filled max_length).
+    if not isinstance(count, numbers.Integral) or \
+            not (0 <= count < max(length, 1) if score.truncated else count == length):
+        return (f"num_tokens={count!r}, truncated={score.truncated!r} for a continuation of {length} tokens "
+                "(every token is scored unless the item was truncated)")
+    if not isinstance(nll, numbers.Real):
+        return f"nll is a {type(nll).__name__}, not a float"
+    if count and not (math.isfinite(nll) and nll >= 0):
+        return f"nll={nll!r} for {count} scored tokens (a finite NLL >= 0 is expected)"
+    if not count and not math.isnan(nll):
+        return f"nll={nll!r} with no scored token (NaN is expected)"
+    if token_losses and (score.token_nlls is None or len(score.token_nlls) != count):
+        given = "None" if score.token_nlls is None else f"{len(score.token_nlls)} values"
+        return f"token_nlls is {given} for {count} scored tokens (token losses were asked for)"
+    return None
+
+
+def check_scores(backend: LikelihoodBackend, items: Sequence[Item], scores: Any,
+                 token_losses: bool = False) -> list[ContinuationScore]:
+    """``scores`` as a list, if they keep the contract of ``backend.score(items)``: one
+    :class:`ContinuationScore` per item; every continuation token scored unless the item was
+    truncated (then fewer); a finite NLL >= 0 where a token was scored, NaN where none was; with
+    ``token_losses``, one token NLL per scored token. Else a :class:`BackendContractError` naming the
+    backend, the item and what is wrong."""
+    label = backend_label(backend)
+    if not isinstance(scores, (list, tuple)):
+        raise BackendContractError(f"The backend {label} returned a {type(scores).__name__} for {len(items)} items; "
+                                   "`score` returns a list of one ContinuationScore per item.")
+    if len(scores) != len(items):
+        raise BackendContractError(f"The backend {label} returned {len(scores)} scores for {len(items)} items; "
+                                   "`score` returns one ContinuationScore per item, in order.")
+    for index, (item, score) in enumerate(zip(items, scores, strict=True)):
+        if problem := score_problem(item, score, token_losses):
+            raise BackendContractError(f"The backend {label} broke the contract of `score` at item {index} of "
+                                       f"{len(items)}: {problem}.")
+    return list(scores)

@@ -12,7 +12,7 @@ that item's forward pass. Scores do not depend on batch size, order or padding b
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -20,7 +20,7 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from .. import models
-from ..cpu_kernels import check_cpu_dtype, cpu_linear_kernel
+from ..cpu_kernels import check_cpu_dtype, cpu_linear_kernel, linear_choices, reuse_linear_choices
 from ..likelihood import ContinuationScore, Item, PreparedItem, host_prefixes, make_batches, prepare_items
 from ..options import DEFAULT_BATCH_SIZE, check_batch_size, check_max_length
 from .base import LikelihoodBackend
@@ -223,6 +223,14 @@ class TransformersBackend(LikelihoodBackend):
             model_id, dtype, device = self.source
             self._identity = self.identify(model_id, dtype=dtype, device=device)
         return self._identity
+
+    def measured_choices(self) -> dict[str, Any]:
+        """The CPU kernels chosen for the model's float32 linear layers so far (:func:`linear_choices`)."""
+        choices = linear_choices(self.model)
+        return {"cpu_linear": choices} if choices else {}
+
+    def reuse_measured_choices(self, choices: Mapping[str, Any]) -> None:
+        reuse_linear_choices(self.model, choices.get("cpu_linear", {}))
 
     def score(
         self,

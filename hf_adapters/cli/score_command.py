@@ -8,6 +8,7 @@ instead, on a cluster or on this machine (not resumable); see ``hf_adapters.ray_
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 
 from ..data_io import LOADERS
@@ -93,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     from accelerate import PartialState
 
     from ..data_io import data_fingerprint, read_rows
-    from ..jobs import run_scoring_job
+    from ..jobs import run_scoring_job, work_files
     from ..models import ModelLoadError
     from ..output_paths import check_output_path
     from ..scorers import build_scorer, load_config
@@ -105,7 +106,8 @@ def run(args: argparse.Namespace) -> int:
         check_engine_options(args, state.num_processes)
         output = OutputFormat(args.output_format, args.keep_columns, args.rows_per_shard)
         inputs = {"data": args.data, "config": args.config}
-        check_output_path(args.output, inputs, folder=output.kind == "parquet")
+        check_output_path(args.output, inputs, folder=output.kind == "parquet",
+                          work_files=work_files(args.output, output))
         overrides = {"model": args.model, "batch_size": args.batch_size, "dtype": args.dtype}
         config = {**load_config(args.config), **{key: value for key, value in overrides.items() if value is not None}}
         scorer = build_scorer(config)
@@ -119,13 +121,22 @@ def run(args: argparse.Namespace) -> int:
 
             [fingerprint] = broadcast_object_list([fingerprint])
         summary = run_scoring_job(dataset, scorer, args.output, overwrite=args.overwrite, progress=args.progress,
-                                  data_fingerprint=fingerprint, output=output)
+                                  data_fingerprint=fingerprint, output=with_stored_types(output, args.data))
     except (ValueError, ModelLoadError, FileNotFoundError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     if state.is_main_process:
         print(summary)
     return 0
+
+
+def with_stored_types(output: OutputFormat, data: str) -> OutputFormat:
+    """``output``, told the types a Parquet source stores where it writes the rows' columns in Parquet."""
+    from ..data_io import stored_types
+
+    if not (output.keep_columns and output.kind == "parquet"):
+        return output
+    return dataclasses.replace(output, column_types=stored_types(data))
 
 
 def run_on_ray(args: argparse.Namespace, config: dict, output: OutputFormat) -> int:
@@ -137,7 +148,7 @@ def run_on_ray(args: argparse.Namespace, config: dict, output: OutputFormat) -> 
     try:
         summary = run_ray_scoring_job(dataset, config, args.output, num_workers=args.num_workers or 1,
                                       gpus_per_worker=args.gpus_per_worker or 0, address=args.ray_address,
-                                      progress=args.progress, output=output)
+                                      progress=args.progress, output=with_stored_types(output, args.data))
     except RayJobError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

@@ -7,6 +7,7 @@ call it; a new metric needs a formula module, one scorer and its evaluate module
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -32,6 +33,13 @@ def register_scorer(cls: type[RowScorer]) -> type[RowScorer]:
 def row_name(row: Mapping[str, Any], index: int) -> str:
     """How messages name a row: its index in the data, and its id when it has one."""
     return f"Row {index} (id={row['id']!r})" if row.get("id") not in (None, "") else f"Row {index}"
+
+
+def row_labels(batch: Mapping[str, list], first_row: int = 0) -> list[str]:
+    """How messages name each row of a batch of columns (:func:`row_name`): its index in the data,
+    counting from ``first_row``, and its id where the batch has an ``id`` column."""
+    ids = batch["id"] if "id" in batch else [None] * len(next(iter(batch.values()), []))
+    return [row_name({"id": row_id}, index) for index, row_id in enumerate(ids, first_row)]
 
 
 class ConfigError(ValueError):
@@ -135,8 +143,16 @@ class RowScorer:
         """What identifies the model by content (None: no model, or one passed as an object)."""
         return None
 
+    def measured_choices(self) -> dict[str, Any]:
+        """What the backend has chosen by measuring (see :meth:`LikelihoodBackend.measured_choices`); none here."""
+        return {}
+
+    def reuse_measured_choices(self, choices: Mapping[str, Any]) -> None:
+        """Make an earlier run's :meth:`measured_choices`; nothing to make here."""
+
     def read_texts(self, batch: Mapping[str, list], first_row: int = 0) -> dict[str, list[str]]:
-        """The strings of each text role in a batch of columns; optional roles read None (or no column) as ""."""
+        """The strings of each text role in a batch of columns; optional roles read None (or no column) as "".
+        A TypeError names a row holding something else (:func:`row_labels`)."""
         texts = {}
         for role in self.text_roles:
             column = self.columns[role]
@@ -146,12 +162,12 @@ class RowScorer:
             if not isinstance(batch[column], list):
                 raise TypeError("Scorers score whole batches: call `ds.map(scorer, batched=True)`.")
             values = []
-            for row, value in enumerate(batch[column], first_row):
+            for position, value in enumerate(batch[column]):
                 if value is None and role in self.optional_roles:
                     value = ""
                 if not isinstance(value, str):
-                    raise TypeError(f"Row {row}: column {column!r} must hold a string, got {type(value).__name__}: "
-                                    f"{value!r:.80}")
+                    raise TypeError(f"{row_labels(batch, first_row)[position]}: column {column!r} must hold a string, "
+                                    f"got {type(value).__name__}: {value!r:.80}")
                 values.append(value)
             texts[role] = values
         return texts
@@ -163,14 +179,26 @@ class RowScorer:
         rows = [{column: values[i] for column, values in batch.items()} for i in range(count)]
         return {self.outputs[0]: self.score_rows(rows)}
 
-    def score_rows(self, rows: Sequence[Mapping[str, Any]]) -> list[float]:
-        """One score per row (``outputs[0]``); a ValueError names a row with a missing or non-string field."""
-        return [float(value) for value in self.score_batch(self.rows_to_batch(rows))[self.outputs[0]]]
+    def score_rows(self, rows: Sequence[Mapping[str, Any]], first_row: int = 0) -> list[float]:
+        """One score per row (``outputs[0]``); a ValueError names a row with a missing or non-string field
+        (``first_row``: the first row's index in the data, for messages)."""
+        batch = self.rows_to_batch(rows, first_row)
+        return [float(value) for value in self.score_batch(batch, first_row)[self.outputs[0]]]
 
-    def rows_to_batch(self, rows: Sequence[Mapping[str, Any]]) -> dict[str, list]:
-        """The checked rows as a batch of this scorer's columns (a missing optional field: None)."""
-        self.check_rows(rows)
-        return {column: [row.get(column) for row in rows] for column in self.source_columns}
+    def score_rows_from(self, rows: Sequence[Mapping[str, Any]], first_row: int) -> list[float]:
+        """:meth:`score_rows` of rows that begin at row ``first_row`` of the data, as a job scores a
+        chunk; a subclass's ``score_rows`` that takes no ``first_row`` gets the rows alone."""
+        if "first_row" in inspect.signature(self.score_rows).parameters:
+            return self.score_rows(rows, first_row=first_row)
+        return self.score_rows(rows)
+
+    def rows_to_batch(self, rows: Sequence[Mapping[str, Any]], first_row: int = 0) -> dict[str, list]:
+        """The rows, checked (``first_row``: the first one's index in the data, for messages), as a batch
+        of columns: this scorer's (a missing optional field: None) and every other field of the rows
+        (an ``id`` names its row in messages)."""
+        self.check_rows(rows, first_row)
+        columns = dict.fromkeys([*self.source_columns, *(field for row in rows for field in row)])
+        return {column: [row.get(column) for row in rows] for column in columns}
 
     def __call__(self, batch: Mapping[str, list], indices: Sequence[int] | None = None) -> dict[str, list]:
         """``ds.map(scorer, batched=True, with_indices=True)`` adds the scorer's output columns."""
@@ -273,6 +301,12 @@ class ModelRowScorer(RowScorer):
     def prepare(self) -> None:
         self.load()
 
+    def measured_choices(self) -> dict[str, Any]:
+        return self.load().measured_choices()
+
+    def reuse_measured_choices(self, choices: Mapping[str, Any]) -> None:
+        self.load().reuse_measured_choices(choices)
+
     def model_identity(self) -> dict[str, Any] | None:
         """What scores: the model's files (sizes, times, first and last MiB) or hub commit, with the
         effective dtype and device type (see :func:`hf_adapters.models.model_identity`), or a
@@ -285,8 +319,9 @@ class ModelRowScorer(RowScorer):
     #: tokens and their NLLs.
     token_outputs: ClassVar[tuple[str, ...]] = ()
 
-    def result(self, texts: Mapping[str, Sequence[str]], first_row: int = 0) -> dict[str, Any]:
-        """The formula's whole result (per-row lists and aggregates) for checked texts, by role."""
+    def result(self, texts: Mapping[str, Sequence[str]], labels: Sequence[str] | None = None) -> dict[str, Any]:
+        """The formula's whole result (per-row lists and aggregates) for checked texts, by role;
+        ``labels`` name the rows in warnings (default ``Row 0``, ``Row 1``...)."""
         raise NotImplementedError
 
     def read_inputs(self, batch: Mapping[str, list], first_row: int = 0) -> Any:
@@ -295,10 +330,11 @@ class ModelRowScorer(RowScorer):
 
     def result_of_rows(self, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         """The formula's whole result for rows holding this scorer's columns."""
-        return self.result(self.read_inputs(self.rows_to_batch(rows)))
+        batch = self.rows_to_batch(rows)
+        return self.result(self.read_inputs(batch), row_labels(batch))
 
     def score_batch(self, batch: Mapping[str, list], first_row: int = 0) -> dict[str, list]:
-        result = self.result(self.read_inputs(batch, first_row), first_row)
+        result = self.result(self.read_inputs(batch, first_row), row_labels(batch, first_row))
         return {output: result[key] for output, key in zip(self.outputs, self.result_keys, strict=True)}
 
 

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from ..conversations import ConversationError, check_messages
-from ..ifd import IFDOptions, score_conversation_ifd
+from ..ifd import IFDOptions, labels_or_numbers, score_conversation_ifd
 from ..perplexity import PerplexityOptions, score_conversation_perplexity
 from .base import ModelRowScorer, register_scorer, row_name
 
@@ -44,18 +44,20 @@ class ConversationScorer(ModelRowScorer):
             except ConversationError as error:
                 raise ValueError(f"{row_name(row, offset + i)}: {error}") from None
 
-    def result(self, conversations: Sequence[Any], first_row: int = 0) -> dict[str, Any]:
+    def result(self, conversations: Sequence[Any], labels: Sequence[str] | None = None) -> dict[str, Any]:
         """The formula's result for a batch of conversations; one that cannot be scored gets the
-        ``missing`` values and a warning naming its row."""
+        ``missing`` values and a warning naming its row by its label in ``labels`` (default ``Row 0``,
+        ``Row 1``...)."""
+        labels = labels_or_numbers(labels, len(conversations))
         checked = []
-        for row, conversation in enumerate(conversations, first_row):
+        for label, conversation in zip(labels, conversations, strict=True):
             try:
                 checked.append(check_messages(conversation))
             except ConversationError as error:
-                logger.warning("Row %d: %s Its scores are NaN.", row, error)
+                logger.warning("%s: %s Its scores are NaN.", label, error)
                 checked.append(None)
-        rows = [row for row, messages in enumerate(checked, first_row) if messages is not None]
-        result = self.score_conversations([messages for messages in checked if messages is not None], rows)
+        valid = [label for label, messages in zip(labels, checked, strict=True) if messages is not None]
+        result = self.score_conversations([messages for messages in checked if messages is not None], valid)
         for key, output in zip(self.result_keys, self.outputs, strict=True):
             values = iter(result[key])
             result[key] = [self.missing.get(output, math.nan) if messages is None else next(values)
@@ -65,7 +67,8 @@ class ConversationScorer(ModelRowScorer):
     def read_inputs(self, batch: Mapping[str, list], first_row: int = 0) -> list:
         return batch[self.columns["messages"]]
 
-    def score_conversations(self, conversations: list[list[dict[str, str]]], rows: list[int]) -> dict[str, Any]:
+    def score_conversations(self, conversations: list[list[dict[str, str]]], labels: list[str]) -> dict[str, Any]:
+        """The formula's result for checked conversations, named in warnings by ``labels``."""
         raise NotImplementedError
 
 
@@ -87,9 +90,9 @@ class ConversationIFDScorer(ConversationScorer):
     missing = {"turn_ifd": []}
     output_types = {"turn_ifd": ["float64"]}
 
-    def score_conversations(self, conversations: list[list[dict[str, str]]], rows: list[int]) -> dict[str, Any]:
+    def score_conversations(self, conversations: list[list[dict[str, str]]], labels: list[str]) -> dict[str, Any]:
         return score_conversation_ifd(self.load(), conversations, self.spec, batch_size=self.run.batch_size,
-                                      progress=self.progress, row_numbers=rows)
+                                      progress=self.progress, labels=labels)
 
 
 @register_scorer
@@ -103,6 +106,6 @@ class ConversationPerplexityScorer(ConversationScorer):
     outputs = ("perplexity",)
     result_keys = ("perplexities",)
 
-    def score_conversations(self, conversations: list[list[dict[str, str]]], rows: list[int]) -> dict[str, Any]:
+    def score_conversations(self, conversations: list[list[dict[str, str]]], labels: list[str]) -> dict[str, Any]:
         return score_conversation_perplexity(self.load(), conversations, self.spec, batch_size=self.run.batch_size,
                                              progress=self.progress)

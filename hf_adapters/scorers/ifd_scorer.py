@@ -32,6 +32,6 @@ class IFDScorer(ModelRowScorer):
     token_outputs = ("tokens", "conditional_token_losses", "direct_token_losses")
     output_types = {"tokens": ["string"], "conditional_token_losses": ["float64"], "direct_token_losses": ["float64"]}
 
-    def result(self, texts: Mapping[str, Sequence[str]], first_row: int = 0) -> dict[str, Any]:
+    def result(self, texts: Mapping[str, Sequence[str]], labels: Sequence[str] | None = None) -> dict[str, Any]:
         return score_ifd(self.load(), texts["instruction"], texts["output"], texts["input"], self.spec,
-                         batch_size=self.run.batch_size, progress=self.progress, first_row=first_row)
+                         batch_size=self.run.batch_size, progress=self.progress, labels=labels)

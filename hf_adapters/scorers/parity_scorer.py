@@ -32,7 +32,7 @@ class InformationParityScorer(ModelRowScorer):
     def check_spec(self) -> None:
         """Information Parity has no options that only some rows take."""
 
-    def result(self, texts: Mapping[str, Sequence[str]], first_row: int = 0) -> dict[str, Any]:
+    def result(self, texts: Mapping[str, Sequence[str]], labels: Sequence[str] | None = None) -> dict[str, Any]:
         check_pairs(texts["prediction"], texts["reference"])
         return score_information_parity(self.load(), texts["prediction"], texts["reference"], self.spec,
                                         batch_size=self.run.batch_size, progress=self.progress)

@@ -41,7 +41,7 @@ class PerplexityScorer(ModelRowScorer):
         """The texts to score, from the texts of each role."""
         return texts["text"]
 
-    def result(self, texts: Mapping[str, Sequence[str]], first_row: int = 0) -> dict[str, Any]:
+    def result(self, texts: Mapping[str, Sequence[str]], labels: Sequence[str] | None = None) -> dict[str, Any]:
         return score_perplexity(self.load(), self.texts(texts), self.spec, batch_size=self.run.batch_size,
                                 progress=self.progress)
 
