@@ -3,7 +3,8 @@
 ``transformers`` (:class:`TransformersBackend`, the default) runs a ``transformers`` model in this
 process. Another way of computing likelihoods is a subclass of :class:`LikelihoodBackend`: pass an
 instance as ``backend=`` to any entry point, or register the class under its ``name`` to make
-``backend: NAME`` work in configs.
+``backend: NAME`` work in configs: with :func:`register_backend`, or from an installed package's
+entry point ``NAME = "module:Class"`` in the group ``hf_adapters.backends`` (:mod:`hf_adapters.plugins`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import torch
 
 from ..models import DEFAULT_MODEL_ID, resolve_dtype
 from ..options import DEFAULT_BATCH_SIZE, OptionSpec, check_batch_size
+from ..plugins import BACKEND_GROUP, entry_point_class, entry_point_names
 from .base import LikelihoodBackend
 from .transformers_model import TransformersBackend, score_continuations
 
@@ -34,9 +36,16 @@ register_backend(TransformersBackend)
 
 
 def backend_class(name: str) -> type[LikelihoodBackend]:
-    """The registered backend class called ``name``; a ValueError lists the valid names."""
+    """The backend class called ``name``: a registered one, else the one an installed package declares
+    under ``name`` in the entry point group ``hf_adapters.backends`` (imported now, and registered).
+    A ValueError lists the valid names; a :class:`~hf_adapters.plugins.PluginError` names an entry
+    point that cannot be loaded."""
     if name not in BACKENDS:
-        raise ValueError(f"Unknown backend {name!r}; valid backends: {sorted(BACKENDS)}")
+        cls = entry_point_class(BACKEND_GROUP, name, LikelihoodBackend)
+        if cls is None:
+            valid = sorted({*BACKENDS, *entry_point_names(BACKEND_GROUP)})
+            raise ValueError(f"Unknown backend {name!r}; valid backends: {valid}")
+        BACKENDS[name] = cls
     return BACKENDS[name]
 
 

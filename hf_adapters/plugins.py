@@ -1,0 +1,80 @@
+"""User code that adds backends and scorers: entry points of installed packages, and plugin modules.
+
+A package declares its classes in the entry point groups :data:`BACKEND_GROUP` and
+:data:`SCORER_GROUP` (``NAME = "module:Class"``); the registries import one only when a config
+names ``NAME`` and nothing registered has that name, so that no user code runs otherwise. A plugin
+module (``--plugin MODULE`` or :data:`PLUGINS_VARIABLE`) is imported by the command line before it
+reads a config, and registers what it defines itself (``register_backend``, ``register_scorer``).
+
+Importing this module imports neither torch nor any plugin.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Iterable, Mapping
+from importlib.metadata import EntryPoint, entry_points
+
+#: The entry point group of backends: ``NAME = "module:LikelihoodBackendSubclass"``.
+BACKEND_GROUP = "hf_adapters.backends"
+#: The entry point group of scorers: ``NAME = "module:RowScorerSubclass"``.
+SCORER_GROUP = "hf_adapters.scorers"
+#: The environment variable naming plugin modules, separated by commas.
+PLUGINS_VARIABLE = "HF_ADAPTERS_PLUGINS"
+
+
+class PluginError(ValueError):
+    """A plugin module or an entry point that cannot be loaded; the message is one line naming it."""
+
+
+def _one_line(error: BaseException) -> str:
+    return f"{type(error).__name__}: {' '.join(str(error).split())}".rstrip(": ")
+
+
+def entry_point_names(group: str) -> list[str]:
+    """The names the installed packages declare in the entry point ``group``."""
+    return sorted({entry_point.name for entry_point in entry_points(group=group)})
+
+
+def _entry_point(group: str, name: str) -> EntryPoint | None:
+    return next(iter(entry_points(group=group, name=name)), None)
+
+
+def entry_point_class(group: str, name: str, base: type) -> type | None:
+    """The subclass of ``base`` the entry point ``name`` of ``group`` names, imported now; None when no
+    installed package declares ``name``. A PluginError when it cannot be imported or is no such class."""
+    entry_point = _entry_point(group, name)
+    if entry_point is None:
+        return None
+    label = f"the entry point {entry_point.name} = {entry_point.value} (group {group})"
+    try:
+        loaded = entry_point.load()
+    except Exception as error:  # noqa: BLE001 - whatever the user's module raises, named in one line
+        raise PluginError(f"cannot load {label}: {_one_line(error)}") from error
+    if not (isinstance(loaded, type) and issubclass(loaded, base)):
+        raise PluginError(f"{label} names {loaded!r}, not a {base.__name__} subclass.")
+    return loaded
+
+
+def plugin_modules(option: Iterable[str] | None, environ: Mapping[str, str] = os.environ) -> list[tuple[str, str]]:
+    """(module, where it was named) for each module of :data:`PLUGINS_VARIABLE`, then of ``--plugin``."""
+    named = [(module.strip(), PLUGINS_VARIABLE) for module in environ.get(PLUGINS_VARIABLE, "").split(",")]
+    named += [(module.strip(), "--plugin") for module in option or ()]
+    return [(module, source) for module, source in named if module]
+
+
+def import_plugins(modules: Iterable[tuple[str, str]]) -> None:
+    """Import each (module, where it was named) of :func:`plugin_modules`; a PluginError names the
+    first that fails."""
+    for module, source in modules:
+        try:
+            importlib.import_module(module)
+        except Exception as error:  # noqa: BLE001 - whatever the user's module raises, named in one line
+            raise PluginError(f"cannot import the plugin module {module!r} ({source}): {_one_line(error)}"
+                              + (" (is its folder on PYTHONPATH?)" if _is_missing(module, error) else "")) from error
+
+
+def _is_missing(module: str, error: Exception) -> bool:
+    """Whether ``error`` says that ``module`` itself (or its package) is not on the path."""
+    return isinstance(error, ModuleNotFoundError) and f"{module}.".startswith(f"{error.name}.")
