@@ -65,8 +65,8 @@ def score_with_model(task: Task, text: str | None, upload: str | None, model_id:
     first = next(iter(per_row))
     table = pd.DataFrame({
         "row": range(1, len(rows) + 1),
-        **{column: [clip(row.get(column) or "", width) for row in rows] for column, width in task.shown.items()
-           if any(column in row for row in rows)},
+        **{column: [clip(row.get(column) or "", task.shown[column]) for row in rows]
+           for column in shown_columns(task, rows)},
         **per_row,
     })
     summary = {"model": model_id, "rows": len(rows),
@@ -74,6 +74,23 @@ def score_with_model(task: Task, text: str | None, upload: str | None, model_id:
                **{key: json_safe(result[key]) for key in task.summary_keys}}
     scored = [{**row, **{name: values[i] for name, values in per_row.items()}} for i, row in enumerate(rows)]
     return table, summary, histogram(per_row[first], *task.chart), write_scored(scored, fmt, task.name)
+
+
+def shown_columns(task: Task, rows: list[dict]) -> list[str]:
+    """The input columns of a model tab's table: those the task shows that the rows have."""
+    return [column for column in task.shown if any(column in row for row in rows)]
+
+
+#: The columns of the IFEval tab's table (``prompt`` where the rows have one).
+IFEVAL_COLUMNS = ("row", "key", "prompt", "response", "instructions", "strict", "loose",
+                  "follow_all_instructions_strict", "follow_all_instructions_loose")
+
+
+def table_headers(task: Task) -> list[str]:
+    """The columns of a tab's table for its example rows: what the table shows before anything is scored."""
+    if task is IFEVAL:
+        return list(IFEVAL_COLUMNS)
+    return ["row", *shown_columns(task, task.parse_text(task.example)), *task.outputs]
 
 
 score_perplexity = functools.partial(score_with_model, PERPLEXITY)
@@ -249,7 +266,8 @@ def _tab(task: Task, handler: Callable, model_box: gr.Textbox) -> None:
         with gr.Row():
             summary = gr.JSON(label="Summary", elem_id=f"{task.name}-summary", scale=1)
             chart = gr.Plot(label="Chart", elem_id=f"{task.name}-chart", scale=2)
-        table = gr.Dataframe(label="Scores per row", elem_id=f"{task.name}-table", interactive=False, wrap=True)
+        table = gr.Dataframe(label="Scores per row", headers=table_headers(task), elem_id=f"{task.name}-table",
+                             interactive=False, wrap=True)
         download = gr.File(label="Scored file", elem_id=f"{task.name}-download", interactive=False)
         inputs = [text, upload] + ([model_box] if task is not IFEVAL else [])
         if task is IFD:

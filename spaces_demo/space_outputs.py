@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from hf_adapters.json_values import json_safe
 
@@ -25,7 +26,7 @@ def clip(text: Any, width: int = CELL_CHARS) -> str:
 
 
 def histogram(values: Sequence[float], title: str, xlabel: str) -> Figure:
-    """A histogram of the finite ``values`` with their mean marked."""
+    """A histogram of the finite ``values`` with their mean marked; whole numbers of rows on the y axis."""
     # A bare Figure, not pyplot: tabs may draw at the same time in different threads.
     figure = Figure(figsize=(6, 3.2), layout="constrained")
     axes = figure.subplots()
@@ -37,6 +38,7 @@ def histogram(values: Sequence[float], title: str, xlabel: str) -> Figure:
         axes.legend()
     else:
         axes.text(0.5, 0.5, "no finite scores", ha="center", va="center", transform=axes.transAxes)
+    axes.yaxis.set_major_locator(MaxNLocator(integer=True))  # rows come in whole numbers
     axes.set(title=title, xlabel=xlabel, ylabel="rows")
     return figure
 

@@ -146,6 +146,22 @@ def test_histogram_handles_rows_without_a_score(app):
     assert "no finite scores" in [text.get_text() for text in figure.axes[0].texts]
 
 
+def test_the_histogram_counts_rows_in_whole_numbers(app):
+    figure = app.histogram([1.0, 2.0, 2.5], "t", "x")
+    figure.canvas.draw()
+    ticks = [tick for tick in figure.axes[0].get_yticks() if 0 <= tick <= figure.axes[0].get_ylim()[1]]
+    assert len(ticks) >= 2 and all(tick == int(tick) for tick in ticks), ticks
+
+
+def test_each_empty_score_table_shows_the_columns_its_example_is_scored_into(app, tiny_model_dir):
+    tables = {block.elem_id: block for block in app.demo.blocks.values() if isinstance(block, gradio.Dataframe)}
+    scored = [(task, app.score_with_model(task, task.example, None, tiny_model_dir)[0])
+              for task in (app.PERPLEXITY, app.IFD, app.PARITY)]
+    scored.append((app.IFEVAL, app.score_ifeval(app.IFEVAL.example, None)[0]))
+    for task, table in scored:
+        assert tables[f"{task.name}-table"].headers == app.table_headers(task) == list(table.columns)
+
+
 def read_space_header() -> tuple[dict, str]:
     text = (SPACE / "README.md").read_text(encoding="utf-8")
     match = re.match(r"---\n(.*?)\n---\n(.*)", text, re.DOTALL)
