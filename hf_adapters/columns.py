@@ -43,6 +43,44 @@ logger = logging.getLogger(__name__)
 
 #: What the helpers take and return: a data set in memory or a stream, whole or split by split.
 AnyDataset = Dataset | DatasetDict | IterableDataset | IterableDatasetDict
+#: Seconds a pass over a scored stream runs before its progress bar shows: a short stream draws none.
+STREAM_BAR_DELAY = 5.0
+#: The batch size of ``IterableDataset.map`` when none is given.
+STREAM_BATCH_SIZE = 1000
+
+
+class StreamProgress:
+    """The progress bar of a scored stream, which has no length: rows scored so far and their rate.
+
+    It appears once a pass over the stream has scored for :data:`STREAM_BAR_DELAY` seconds, starts
+    again when the stream is read again from its first row, and closes on a batch shorter than
+    ``batch_size`` (the stream's last). It follows ``datasets``' switch for progress bars, as the
+    bar of ``Dataset.map`` does.
+    """
+
+    def __init__(self, desc: str, batch_size: int):
+        self.desc, self.batch_size = desc, batch_size
+        self.bar: Any = None
+
+    def start(self, first_row: int) -> None:
+        """Before a batch beginning at ``first_row`` is scored: a bar for a new pass if there is none."""
+        from datasets.utils.tqdm import tqdm
+
+        if first_row == 0:
+            self.close()
+        if self.bar is None:
+            self.bar = tqdm(desc=self.desc, unit="row", delay=STREAM_BAR_DELAY)
+
+    def update(self, count: int) -> None:
+        """After a batch of ``count`` rows is scored."""
+        self.bar.update(count)
+        if count < self.batch_size:
+            self.close()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
 
 
 def check_columns(ds: Dataset | IterableDataset, columns: list[str]) -> None:
@@ -99,7 +137,8 @@ def add_score_columns(
     ``num_proc`` above 1 is ignored with a warning (forked copies of a process that has run torch
     can deadlock). A 0-row data set gets the columns, empty. A stream (``IterableDataset``, e.g.
     ``load_dataset(..., streaming=True)``) gets its columns lazily: each batch is scored as it is
-    read, with the same values as in memory, and nothing is cached.
+    read, with the same values as in memory, and nothing is cached; a pass over it that scores for
+    more than a few seconds shows a bar of the rows scored (:class:`StreamProgress`).
 
     Example:
         >>> from datasets import Dataset
@@ -131,7 +170,15 @@ def add_score_columns(
         if unknown := sorted(set(map_kwargs) - STREAM_MAP_KEYWORDS):
             raise ValueError(f"{unknown} do not apply to a stream (IterableDataset.map takes "
                              f"{sorted(STREAM_MAP_KEYWORDS)}): nothing of a stream is cached.")
-        return ds.map(score, batched=True, with_indices=True, features=features, **map_kwargs)
+        progress = StreamProgress(desc or scorer.name, map_kwargs.get("batch_size") or STREAM_BATCH_SIZE)
+
+        def score_shown(batch: Mapping[str, list], indices: list[int]) -> dict[str, list]:
+            progress.start(indices[0] if indices else 0)
+            scores = score(batch, indices)
+            progress.update(len(indices))
+            return scores
+
+        return ds.map(score_shown, batched=True, with_indices=True, features=features, **map_kwargs)
     if ds.num_rows == 0:  # map calls the scorer on no batch: add its columns, empty
         ds = ds.remove_columns([column for column in names.values() if column in ds.column_names])
         for column in names.values():

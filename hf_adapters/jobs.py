@@ -20,6 +20,11 @@ the start, in chunks, scores the chunks that are its own (chunk number modulo th
 processes) and are not done yet, and checks each chunk's rows just before scoring it. Process 0
 writes the row count to ``rows.json`` when it reaches the end (before its last, partial chunk),
 so the merge, and a rerun, know where the data ends.
+
+A part line is ``{"i", "id", "score"}``: the row's index, its id and the scorer's first output. A job
+asked for more of the scorer's outputs (``OutputFormat.score_columns``) writes each of them in every
+line, under its own name, and records their columns in the manifest (``columns``): a rerun asking
+for other columns is another job.
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ from .output_paths import check_output_path
 from .score_files import SCORE, SHARD_PATTERN, OutputFormat, count_valid, records, write_output
 from .scorers import RowScorer, build_scorer
 from .scorers.base import ModelRowScorer, row_name
+from .wording import plural
 
 logger = logging.getLogger(__name__)
 
@@ -95,7 +101,20 @@ class JobSummary:
         return self.scored / self.seconds if self.seconds > 0 else 0.0
 
     def __str__(self) -> str:
-        return f"{self.rows} rows, {self.valid} valid scores, {self.rows_per_second:.1f} rows/s"
+        return f"{plural(self.rows, 'row')}, {plural(self.valid, 'valid score')}, {self.rows_per_second:.1f} rows/s"
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What a run writes and shows: the output, the columns of the scorer's outputs in it (output ->
+    column) and its Parquet schema, whether to show progress and, for a stream, how many rows to expect."""
+
+    output_path: Path
+    output: OutputFormat
+    columns: dict[str, str]
+    schema: Any
+    progress: bool
+    expected_rows: int | None
 
 
 def work_dir_for(output_path: str | Path) -> Path:
@@ -116,6 +135,49 @@ def work_files(output_path: str | Path, output: OutputFormat) -> list[Path]:
     return [*files, temporary]
 
 
+def saved_rows(output_path: str | Path) -> tuple[int, int | None]:
+    """How many rows the job writing ``output_path`` has saved (the rows of the complete chunks in its
+    part files; all of them once its output is complete), and how many rows its data has (None for a
+    stream whose end no process has reached yet). ``(0, None)`` before the job has a manifest. Quick
+    on parts of millions of lines: only their newlines are counted, and their last lines read."""
+    work_dir = work_dir_for(output_path)
+    manifest = _read_json(work_dir / MANIFEST)
+    if not isinstance(manifest, dict):
+        complete = _read_json(work_dir / COMPLETE)
+        total = complete.get("total_rows") if isinstance(complete, dict) else None
+        return (total, total) if isinstance(total, int) else (0, None)
+    num_rows = manifest.get("rows")
+    num_rows = num_rows if num_rows is not None else _stream_rows(work_dir)
+    saved = sum(_saved_in_part(part, num_rows, manifest["chunk_size"]) for part in work_dir.glob("rank-*.jsonl"))
+    return saved, num_rows
+
+
+def _saved_in_part(path: Path, num_rows: int | None, chunk_size: int) -> int:
+    """The rows of a part's complete chunks. A run starts from parts cut back to complete chunks and
+    appends whole chunks, so only the last chunk can be unfinished: its whole lines are left out."""
+    lines, last = _whole_lines(path)
+    try:
+        index = json.loads(last)["i"]
+    except (TypeError, ValueError, KeyError):
+        return 0
+    if index + 1 == _chunk_rows(index // chunk_size, num_rows, chunk_size).stop:
+        return lines
+    return lines - index % chunk_size - 1
+
+
+def _whole_lines(path: Path) -> tuple[int, bytes | None]:
+    """How many newline-ended lines a file has, and the last of them (None for none)."""
+    count, last, pending = 0, None, b""
+    with open(path, "rb") as handle:
+        while block := handle.read(1 << 20):
+            pending += block
+            if newlines := pending.count(b"\n"):
+                count += newlines
+                body, _, pending = pending.rpartition(b"\n")
+                last = body.rpartition(b"\n")[2]
+    return count, last
+
+
 def shard_range(num_rows: int, chunk_size: int, rank: int, world_size: int) -> range:
     """The rows process ``rank`` scores: a contiguous run of whole chunks, earlier ranks taking the remainder."""
     per_rank, extra = divmod(math.ceil(num_rows / chunk_size), world_size)
@@ -131,16 +193,19 @@ def is_out_of_memory(error: BaseException) -> bool:
     )
 
 
-def score_chunk(scorer: RowScorer, rows: Sequence[Mapping[str, Any]], offset: int = 0) -> list[float]:
-    """``scorer.score_rows(rows)``, told that the rows begin at row ``offset`` of the data (so that
+def score_chunk(scorer: RowScorer, rows: Sequence[Mapping[str, Any]], offset: int = 0,
+                columns: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+    """Each row's ``{column: value}`` of the outputs ``columns`` maps (output -> column; default: the
+    first output, as ``score``), told that the rows begin at row ``offset`` of the data (so that
     messages name a row by its index in the data and its id); on an out-of-memory error, score each
-    half separately instead.
+    half separately instead. The first output is a float, as ``scorer.score_rows`` gives it.
 
     Halving the rows halves the batch's token budget; it recurses down to a single row, and a row
     that does not fit alone raises a RuntimeError naming it. No row is ever dropped.
     """
+    columns = columns or {scorer.outputs[0]: SCORE}
     try:
-        scores = scorer.score_rows_from(rows, offset)
+        values = _output_values(scorer, rows, offset, list(columns))
     except RuntimeError as error:
         if not is_out_of_memory(error):
             raise
@@ -151,9 +216,11 @@ def score_chunk(scorer: RowScorer, rows: Sequence[Mapping[str, Any]], offset: in
             ) from error
         message = str(error).splitlines()[0] if str(error) else type(error).__name__
     else:
-        if len(scores) != len(rows):
-            raise RuntimeError(f"{type(scorer).__name__} returned {len(scores)} scores for {len(rows)} rows.")
-        return [float(score) for score in scores]
+        if wrong := [len(values[output]) for output in columns if len(values[output]) != len(rows)]:
+            raise RuntimeError(f"{type(scorer).__name__} returned {wrong[0]} scores for {len(rows)} rows.")
+        first = next(iter(columns))
+        return [{column: float(values[output][i]) if output == first else _plain(values[output][i])
+                 for output, column in columns.items()} for i in range(len(rows))]
     # Outside the except block, so the failed batch's tensors can be freed before the retry.
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
@@ -162,7 +229,24 @@ def score_chunk(scorer: RowScorer, rows: Sequence[Mapping[str, Any]], offset: in
         "Out of memory on rows %d-%d (%s); halving the batch and retrying as %d + %d rows.",
         offset, offset + len(rows) - 1, message, half, len(rows) - half,
     )
-    return score_chunk(scorer, rows[:half], offset) + score_chunk(scorer, rows[half:], offset + half)
+    return (score_chunk(scorer, rows[:half], offset, columns)
+            + score_chunk(scorer, rows[half:], offset + half, columns))
+
+
+def _output_values(scorer: RowScorer, rows: Sequence[Mapping[str, Any]], offset: int,
+                   outputs: Sequence[str]) -> Mapping[str, Sequence[Any]]:
+    """``{output: one value per row}``: the first output alone through ``score_rows``, several through
+    ``score_batch`` (which computes every output at once)."""
+    if len(outputs) == 1:
+        return {outputs[0]: scorer.score_rows_from(rows, offset)}
+    return scorer.score_batch(scorer.rows_to_batch(rows, offset), offset)
+
+
+def _plain(value: Any) -> Any:
+    """An output value as Python holds it (a numpy or torch value or array as numbers and lists)."""
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    return [_plain(item) for item in value] if isinstance(value, (list, tuple)) else value
 
 
 def run_scoring_job(
@@ -174,10 +258,11 @@ def run_scoring_job(
     progress: bool = True,
     data_fingerprint: str | None = None,
     output: OutputFormat | None = None,
+    expected_rows: int | None = None,
 ) -> JobSummary:
     """Score every row of ``dataset`` into ``output_path`` (JSONL ``{"id": ..., "score": ...}`` in input
-    order, NaN as ``null``; ``output`` chooses Parquet shards, and the rows' own columns), sharded over
-    the processes of ``accelerate launch`` and resumable.
+    order, NaN as ``null``; ``output`` chooses Parquet shards, the rows' own columns and more of the
+    scorer's outputs), sharded over the processes of ``accelerate launch`` and resumable.
 
     Rerunning an interrupted job with the same arguments continues where it stopped and gives the
     same file as an uninterrupted run, whatever the number of processes or the batch size of the
@@ -186,7 +271,8 @@ def run_scoring_job(
     ``data_fingerprint`` identifies the data (default: ``dataset._fingerprint``; a stream needs
     one); the command line passes a hash of the input files. Every row of a ``Dataset`` is checked
     with ``scorer.check_rows`` before any is scored; a stream's rows are checked chunk by chunk. The
-    output appears only once complete. Every process returns the same summary.
+    output appears only once complete. Every process returns the same summary. ``expected_rows``
+    gives the progress bar of a stream its total (the stream's own end still decides where it ends).
 
     Example:
         >>> from hf_adapters.data_io import read_rows
@@ -207,8 +293,9 @@ def run_scoring_job(
                          "the job resumable.")
     dataset = dataset if streaming else dataset.with_format(None)
     chunk_size = int(scorer.config.get("batch_size") or DEFAULT_CHUNK_SIZE)
-    check_dataset(dataset, scorer, output)
-    schema = output_schema(dataset, output)
+    columns = output.columns_of(scorer.outputs)
+    check_dataset(dataset, scorer, output, columns)
+    schema = output_schema(dataset, output, score_schema(scorer, columns))
     scorer.prepare()  # a model that fails to load leaves no work directory behind
 
     # Batch size and process count are not part of the job: scores do not depend on them. A model the
@@ -221,15 +308,17 @@ def run_scoring_job(
         "data": data_fingerprint or dataset._fingerprint,
         "rows": None if streaming else len(dataset),
         "chunk_size": chunk_size,
+        **({"columns": list(columns.values())} if len(columns) > 1 else {}),
     }
+    plan = _Plan(output_path, output, columns, schema, progress, expected_rows)
     with _job_lock(work_dir_for(output_path), state):
-        return _run_locked(dataset, scorer, output_path, _jsonable(manifest), overwrite, progress, started, output,
-                           schema)
+        return _run_locked(dataset, scorer, plan, _jsonable(manifest), overwrite, started)
 
 
-def _run_locked(dataset: Dataset | IterableDataset, scorer: RowScorer, output_path: Path, manifest: dict[str, Any],
-                overwrite: bool, progress: bool, started: float, output: OutputFormat, schema: Any) -> JobSummary:
+def _run_locked(dataset: Dataset | IterableDataset, scorer: RowScorer, plan: _Plan, manifest: dict[str, Any],
+                overwrite: bool, started: float) -> JobSummary:
     state = PartialState()
+    output_path, output = plan.output_path, plan.output
     work_dir = work_dir_for(output_path)
     decision, chunk_size = _open_work_dir(work_dir, output_path, manifest, overwrite, state, output)
     if decision == "complete":
@@ -244,7 +333,7 @@ def _run_locked(dataset: Dataset | IterableDataset, scorer: RowScorer, output_pa
 
     # Process 0 cuts every part back to its complete chunks and says which are done.
     num_rows = manifest["rows"] if manifest["rows"] is not None else _stream_rows(work_dir)
-    done = _recover(work_dir, num_rows, chunk_size) if state.is_main_process else None
+    done = _recover(work_dir, num_rows, chunk_size, _columns(manifest)) if state.is_main_process else None
     [done] = broadcast_object_list([done]) if state.num_processes > 1 else [done]
     already = sum(len(_chunk_rows(chunk, num_rows, chunk_size)) for chunk in done)
     if already and state.is_main_process:
@@ -255,19 +344,20 @@ def _run_locked(dataset: Dataset | IterableDataset, scorer: RowScorer, output_pa
 
     part = work_dir / f"rank-{state.process_index:05d}.jsonl"
     mine = _my_chunks(dataset, done, num_rows, chunk_size, work_dir, state)
-    bar = tqdm(total=None if isinstance(dataset, IterableDataset) else num_rows - already, unit="row",
-               disable=not (progress and state.is_main_process),
+    known = num_rows if num_rows is not None else plan.expected_rows
+    bar = tqdm(total=None if known is None else max(known - already, 0), unit="row",
+               disable=not (plan.progress and state.is_main_process),
                desc="Scoring" if state.num_processes == 1 else f"Scoring (process 0 of {state.num_processes})")
     with open(part, "ab") as handle, bar:
         for start, rows in mine:
             if isinstance(dataset, IterableDataset):
                 scorer.check_rows(rows, start)
-            scores = score_chunk(scorer, rows, start)
+            values = score_chunk(scorer, rows, start, plan.columns)
             if state.is_main_process and (made := scorer.measured_choices()) != choices:
                 write_atomically(work_dir / CHOICES, json.dumps(made, sort_keys=True))  # before the scores
                 choices = made
-            handle.write(b"".join(_part_line(i, row.get("id", ""), score)
-                                  for i, (row, score) in enumerate(zip(rows, scores, strict=True), start)))
+            handle.write(b"".join(_part_line(i, row.get("id", ""), cells)
+                                  for i, (row, cells) in enumerate(zip(rows, values, strict=True), start)))
             handle.flush()
             os.fsync(handle.fileno())
             bar.update(len(rows))
@@ -277,21 +367,23 @@ def _run_locked(dataset: Dataset | IterableDataset, scorer: RowScorer, output_pa
     num_rows = manifest["rows"] if manifest["rows"] is not None else _stream_rows(work_dir)
     valid = None
     if state.is_main_process:
-        valid = _merge(work_dir, output_path, num_rows, chunk_size, output, dataset, schema)
+        valid = _merge(work_dir, num_rows, chunk_size, dataset, plan)
     [valid] = broadcast_object_list([valid]) if state.num_processes > 1 else [valid]
     return JobSummary(num_rows, valid, time.perf_counter() - started, num_rows - already)
 
 
-def check_dataset(dataset: Dataset | IterableDataset, scorer: RowScorer, output: OutputFormat) -> None:
-    """Before anything is scored: adapt ``scorer`` to the data's columns, refuse a ``score`` column
-    that ``output`` would overwrite, and check every row of a ``Dataset`` with ``scorer.check_rows``
-    (a ValueError names the first bad row). A stream's rows are checked as they are read."""
-    columns = dataset.column_names
-    if columns is None:  # a stream that does not say its columns: its first row does
-        columns = list(next(iter(dataset), {}))
-    scorer.use_columns(columns)
-    if output.keep_columns and SCORE in columns:
-        raise ValueError(f"The data has a column {SCORE!r}: with keep_columns the score would replace it.")
+def check_dataset(dataset: Dataset | IterableDataset, scorer: RowScorer, output: OutputFormat,
+                  columns: Mapping[str, str]) -> None:
+    """Before anything is scored: adapt ``scorer`` to the data's columns, refuse a data column that
+    ``output`` would overwrite with one of the score ``columns`` (output -> column), and check every
+    row of a ``Dataset`` with ``scorer.check_rows`` (a ValueError names the first bad row). A
+    stream's rows are checked as they are read."""
+    names = dataset.column_names
+    if names is None:  # a stream that does not say its columns: its first row does
+        names = list(next(iter(dataset), {}))
+    scorer.use_columns(names)
+    if output.keep_columns and (taken := [column for column in columns.values() if column in names]):
+        raise ValueError(f"The data has a column {taken[0]!r}: with keep_columns the scores would replace it.")
     if isinstance(dataset, Dataset):
         for start in range(0, len(dataset), CHECK_CHUNK_SIZE):
             scorer.check_rows(_rows(dataset, start, min(start + CHECK_CHUNK_SIZE, len(dataset))), start)
@@ -390,8 +482,8 @@ def _jsonable(value: Any) -> Any:
     return json.loads(json.dumps(value, sort_keys=True, default=str))
 
 
-def _part_line(index: int, id_value: Any, score: float) -> bytes:
-    record = {"i": index, "id": to_json_value(id_value), "score": json_safe(score)}
+def _part_line(index: int, id_value: Any, cells: Mapping[str, Any]) -> bytes:
+    record = {"i": index, "id": to_json_value(id_value), **json_safe(dict(cells))}
     return (json.dumps(record, ensure_ascii=False, allow_nan=False) + "\n").encode()
 
 
@@ -441,8 +533,13 @@ def _open_work_dir(work_dir: Path, output_path: Path, manifest: dict[str, Any], 
 
 
 def _same_job(old: Mapping[str, Any], manifest: Mapping[str, Any]) -> bool:
-    return old.get("identified", True) and manifest["identified"] and all(
-        old.get(key) == manifest[key] for key in ("scorer", "model", "data", "rows"))
+    same = all(old.get(key) == manifest[key] for key in ("scorer", "model", "data", "rows"))
+    return same and old.get("identified", True) and manifest["identified"] and _same_columns(old, manifest)
+
+
+def _same_columns(old: Mapping[str, Any], manifest: Mapping[str, Any]) -> bool:
+    """Whether two jobs write the same score columns, in whatever order."""
+    return sorted(_columns(old)) == sorted(_columns(manifest))
 
 
 def _decide(work_dir: Path, output_path: Path, manifest: dict[str, Any], overwrite: bool,
@@ -476,10 +573,18 @@ def _decide(work_dir: Path, output_path: Path, manifest: dict[str, Any], overwri
         counts = (f" ({old.get('rows')} rows before, {manifest['rows']} now)"
                   if old.get("rows") is not None and manifest["rows"] is not None else "")
         reasons.append(f"the input data changed{counts}")
+    if not _same_columns(old, manifest):
+        reasons.append(f"the score columns changed (were {', '.join(_columns(old))}, now "
+                       f"{', '.join(_columns(manifest))})")
     return (
         f"{work_dir} holds partial results of a different job: {'; '.join(reasons) or 'its manifest differs'}. "
         "Rerun the original job to resume it, or pass --overwrite to discard those results and start again."
     )
+
+
+def _columns(manifest: Mapping[str, Any]) -> list[str]:
+    """The score columns a manifest's job writes: ``score``, and those it records beside it."""
+    return manifest.get("columns") or [SCORE]
 
 
 def _chunk_rows(chunk: int, num_rows: int | None, chunk_size: int) -> range:
@@ -488,14 +593,17 @@ def _chunk_rows(chunk: int, num_rows: int | None, chunk_size: int) -> range:
     return range(chunk * chunk_size, stop if num_rows is None else min(stop, num_rows))
 
 
-def _part_chunks(path: Path, num_rows: int | None, chunk_size: int) -> tuple[dict[int, list[dict[str, Any]]], int]:
-    """The complete chunks a part file holds (a process writes whole chunks, in any order), and the
-    byte offset where the last of them ends: anything after it is a torn write."""
+def _part_chunks(path: Path, num_rows: int | None, chunk_size: int,
+                 columns: Sequence[str]) -> tuple[dict[int, list[dict[str, Any]]], int]:
+    """The complete chunks a part file holds (a process writes whole chunks, in any order, each line
+    with every one of the score ``columns``), and the byte offset where the last of them ends:
+    anything after it is a torn write."""
     chunks: dict[int, list[dict[str, Any]]] = {}
     block: list[dict[str, Any]] = []
     offset = keep = 0
     for record, size in whole_json_lines(path):
-        if not isinstance(record, dict) or "score" not in record or not isinstance(record.get("i"), int):
+        if not (isinstance(record, dict) and isinstance(record.get("i"), int)
+                and all(column in record for column in columns)):
             break
         index = record["i"]
         expected = block[-1]["i"] + 1 if block else index - index % chunk_size
@@ -509,12 +617,12 @@ def _part_chunks(path: Path, num_rows: int | None, chunk_size: int) -> tuple[dic
     return chunks, keep
 
 
-def _recover(work_dir: Path, num_rows: int | None, chunk_size: int) -> set[int]:
+def _recover(work_dir: Path, num_rows: int | None, chunk_size: int, columns: Sequence[str]) -> set[int]:
     """Cut every part back to its complete chunks, drop the last run's done markers, and return the
     chunks the parts hold."""
     done: set[int] = set()
     for part in sorted(work_dir.glob("rank-*.jsonl")):
-        chunks, keep = _part_chunks(part, num_rows, chunk_size)
+        chunks, keep = _part_chunks(part, num_rows, chunk_size, columns)
         done.update(chunks)
         truncate_file(part, keep)
     for marker in work_dir.glob("rank-*.done"):
@@ -530,20 +638,20 @@ def _wait_for_parts(work_dir: Path, world_size: int) -> None:
     PartialState().wait_for_everyone()
 
 
-def _merge(work_dir: Path, output_path: Path, num_rows: int, chunk_size: int, output: OutputFormat,
-           dataset: Dataset | IterableDataset, schema: Any) -> int:
-    """Write every chunk of every part, in input order (with the rows' own columns when ``output`` keeps
-    them, read again from ``dataset``), to the output of ``schema`` (:func:`output_schema`); then mark
-    the job complete and clean up. Returns the valid count."""
+def _merge(work_dir: Path, num_rows: int, chunk_size: int, dataset: Dataset | IterableDataset, plan: _Plan) -> int:
+    """Write every chunk of every part, in input order (with the rows' own columns when the output keeps
+    them, read again from ``dataset``), to the output of the plan's schema (:func:`output_schema`);
+    then mark the job complete and clean up. Returns the valid count."""
     chunks: dict[int, list[dict[str, Any]]] = {}
     for part in sorted(work_dir.glob("rank-*.jsonl")):
-        chunks.update(_part_chunks(part, num_rows, chunk_size)[0])
+        chunks.update(_part_chunks(part, num_rows, chunk_size, list(plan.columns.values()))[0])
     if missing := [chunk for chunk in range(math.ceil(num_rows / chunk_size)) if chunk not in chunks]:
         raise RuntimeError(f"The parts in {work_dir} lack {len(missing)} chunk(s), the first at row "
                            f"{missing[0] * chunk_size}.")
     scored = (record for chunk in sorted(chunks) for record in chunks[chunk])
-    rows = iter_rows(dataset) if output.keep_columns else None
-    valid = write_output(output_path, output, records(scored, rows), schema)
+    rows = iter_rows(dataset) if plan.output.keep_columns else None
+    valid = write_output(plan.output_path, plan.output, records(scored, rows, list(plan.columns.values())),
+                         plan.schema)
     manifest = json.loads((work_dir / MANIFEST).read_text(encoding="utf-8"))
     write_atomically(work_dir / COMPLETE, json.dumps({**manifest, "total_rows": num_rows}))
     (work_dir / MANIFEST).unlink()
@@ -551,14 +659,28 @@ def _merge(work_dir: Path, output_path: Path, num_rows: int, chunk_size: int, ou
     return valid
 
 
-def output_schema(dataset: Dataset | IterableDataset, output: OutputFormat) -> Any:
-    """The Parquet schema of an output keeping the rows' columns: theirs, of the types the data holds
-    (those ``output.column_types`` names, as the source stores them), and a float64 ``score``. A
-    stream that does not say its types is read once to learn them, so that a column empty in its
-    first rows still gets the type of its later values; types that cannot be reconciled are a
-    ValueError. None for other outputs."""
-    if not (output.keep_columns and output.kind == "parquet"):
+def score_schema(scorer: RowScorer, columns: Mapping[str, str]) -> Any:
+    """The Parquet types of the score ``columns`` (output -> column): a float64 ``score``, the other
+    outputs of the types the scorer declares (:meth:`~hf_adapters.scorers.RowScorer.output_features`)."""
+    from datasets import Features, Value
+
+    features = scorer.output_features()
+    first = next(iter(columns))
+    return Features({column: Value("float64") if output == first else features[output]
+                     for output, column in columns.items()}).arrow_schema.remove_metadata()
+
+
+def output_schema(dataset: Dataset | IterableDataset, output: OutputFormat, scores: Any) -> Any:
+    """The Parquet schema of an output: keeping the rows' columns, theirs, of the types the data holds
+    (those ``output.column_types`` names, as the source stores them), then the score columns of the
+    types ``scores`` gives (:func:`score_schema`); without them, ``scores`` alone (the id's type is
+    the first shard's). A stream that does not say its types is read once to learn them, so that a
+    column empty in its first rows still gets the type of its later values; types that cannot be
+    reconciled are a ValueError. None for JSONL."""
+    if output.kind != "parquet":
         return None
+    if not output.keep_columns:
+        return scores
     import pyarrow as pa
 
     columns = dataset.features.arrow_schema if dataset.features is not None else _stream_schema(dataset)
@@ -566,7 +688,7 @@ def output_schema(dataset: Dataset | IterableDataset, output: OutputFormat) -> A
         source = output.column_types
         columns = pa.schema([source.field(field.name) if field.name in source.names else field
                              for field in columns])
-    return columns.remove_metadata().append(pa.field(SCORE, pa.float64()))
+    return pa.schema([*columns.remove_metadata(), *scores])
 
 
 def _stream_schema(dataset: IterableDataset) -> Any:

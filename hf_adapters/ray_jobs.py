@@ -10,17 +10,21 @@ again from the first row (Ray retries failed tasks itself).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import logging
 import math
+import os
 import shutil
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from datasets import Dataset
+from tqdm.auto import tqdm
 
-from .jobs import JobSummary, check_dataset, iter_rows, output_schema, work_dir_for
+from .jobs import JobSummary, check_dataset, iter_rows, output_schema, score_schema, work_dir_for
 from .json_values import json_safe, to_json_value
 from .options import DEFAULT_BATCH_SIZE
 from .output_paths import check_output_path
@@ -32,6 +36,8 @@ from .scorers import build_scorer
 BLOCKS_PER_WORKER = 8
 #: Most batches in one block.
 MAX_BATCHES_PER_BLOCK = 64
+#: The level of Ray's C++ logs (``trace`` ... ``fatal``), read when Ray connects.
+BACKEND_LOG_LEVEL = "RAY_BACKEND_LOG_LEVEL"
 
 
 class RayJobError(RuntimeError):
@@ -52,12 +58,13 @@ def run_ray_scoring_job(
     """Score every row of ``dataset`` with the scorer ``config`` names, on ``num_workers`` Ray actors
     with ``gpus_per_worker`` GPUs each, into ``output_path``: the same file, row for row, as
     :func:`~hf_adapters.jobs.run_scoring_job` writes (JSONL ``{"id", "score"}`` in input order;
-    ``output`` chooses Parquet shards and the rows' own columns).
+    ``output`` chooses Parquet shards, the rows' own columns and more of the scorer's outputs).
 
     Connects to the Ray cluster at ``address`` (see :func:`hf_adapters.ray_cluster.connect`; a local
     one it starts stops at the end). Every row is checked before Ray starts; an unreachable cluster
     or workers it cannot place are a ``RayClusterError`` (a ValueError), a failure in a worker a
-    :class:`RayJobError`. Nothing is written under ``output_path`` until every row is scored.
+    :class:`RayJobError`. Nothing is written under ``output_path`` until every row is scored. With
+    ``progress``, one bar counts the rows as they come back (Ray Data's own bars and logs are off).
 
     Example:
         >>> from hf_adapters.data_io import read_rows
@@ -77,16 +84,18 @@ def run_ray_scoring_job(
                          "it (rerun it without --engine ray) or remove that folder first.")
     scorer = build_scorer(config)
     dataset = dataset.with_format(None)
-    check_dataset(dataset, scorer, output)
+    columns = output.columns_of(scorer.outputs)
+    check_dataset(dataset, scorer, output, columns)
     scorer.model_identity()  # a model that cannot be found fails here, before Ray starts
-    with ray_session(address) as ray:
-        _set_progress(ray, progress)
-        scores = scores_on_ray(ray, dataset, scorer, config, num_workers, gpus_per_worker)
-        items = ({"id": to_json_value(id_value), SCORE: score}
-                 for id_value, score in zip(_ids(dataset), scores, strict=True))
+    schema = output_schema(dataset, output, score_schema(scorer, columns))
+    with _backend_errors_hidden(), ray_session(address) as ray:
+        _hide_ray_progress(ray, progress)
+        cells = tqdm(scores_on_ray(ray, dataset, scorer, config, num_workers, gpus_per_worker, columns),
+                     total=len(dataset), unit="row", desc="Scoring", disable=not progress)
+        items = ({"id": to_json_value(id_value), **row} for id_value, row in zip(_ids(dataset), cells, strict=True))
         rows = iter_rows(dataset) if output.keep_columns else None
         try:
-            valid = write_output(output_path, output, records(items, rows), output_schema(dataset, output))
+            valid = write_output(output_path, output, records(items, rows, list(columns.values())), schema)
         except BaseException as error:
             _remove_temporary(output_path)
             if isinstance(error, ray.exceptions.RayError):
@@ -96,18 +105,18 @@ def run_ray_scoring_job(
 
 
 def scores_on_ray(ray: Any, dataset: Dataset, scorer: Any, config: Mapping[str, Any], num_workers: int,
-                  gpus_per_worker: float) -> Iterator[float | None]:
-    """Each row's score, in input order, as Ray's actors return them: the rows go to Ray as Arrow
-    blocks of the columns the scorer reads (and ``id``), scored lazily as the caller iterates."""
+                  gpus_per_worker: float, columns: Mapping[str, str]) -> Iterator[dict[str, Any]]:
+    """Each row's score ``columns`` (output -> column), in input order, as Ray's actors return them:
+    the rows go to Ray as Arrow blocks of the columns the scorer reads (and ``id``), scored lazily as
+    the caller iterates."""
     if not len(dataset):
         return iter(())
     batch_size = int(scorer.config.get("batch_size") or DEFAULT_BATCH_SIZE)
     shipped = [column for column in dict.fromkeys([*scorer.source_columns, "id"]) if column in dataset.column_names]
     blocks = list(arrow_blocks(dataset.select_columns(shipped), num_workers, batch_size))
     scored = add_ray_score_columns(ray.data.from_arrow(blocks), config, num_workers=num_workers,
-                                   gpus_per_worker=gpus_per_worker, names={scorer.outputs[0]: SCORE},
-                                   keep_columns=False)
-    return ordered_scores(scored, len(dataset))
+                                   gpus_per_worker=gpus_per_worker, names=columns, keep_columns=False)
+    return ordered_columns(scored, len(dataset), list(columns.values()))
 
 
 def arrow_blocks(dataset: Dataset, num_workers: int, batch_size: int) -> Iterator[Any]:
@@ -126,16 +135,29 @@ def arrow_blocks(dataset: Dataset, num_workers: int, batch_size: int) -> Iterato
 def ordered_scores(scored: Any, num_rows: int) -> Iterator[float | None]:
     """The ``score`` of each row of the Ray data set ``scored``, as the job writes it (NaN or inf as
     None), checked to come back in input order."""
+    return (row[SCORE] for row in ordered_columns(scored, num_rows, [SCORE]))
+
+
+def ordered_columns(scored: Any, num_rows: int, columns: Sequence[str]) -> Iterator[dict[str, Any]]:
+    """The ``columns`` of each row of the Ray data set ``scored``, as the job writes them (``score`` a
+    float; NaN or inf, in lists too, as None), checked to come back in input order."""
     expected = 0
     for table in scored.iter_batches(batch_format="pyarrow", batch_size=None):
         indices = table.column(ROW_COLUMN).to_pylist()
         if indices != list(range(expected, expected + len(indices))):
             raise RuntimeError(f"Ray returned the rows out of order (row {indices[0]} where {expected} was due).")
         expected += len(indices)
-        yield from (json_safe(float(score)) if score is not None else None
-                    for score in table.column(SCORE).to_pylist())
+        values = [[_cell(column, value) for value in table.column(column).to_pylist()] for column in columns]
+        yield from (dict(zip(columns, row, strict=True)) for row in zip(*values, strict=True))
     if expected != num_rows:
         raise RuntimeError(f"Ray returned {expected} rows of {num_rows}.")
+
+
+def _cell(column: str, value: Any) -> Any:
+    """A value as the job writes it: the score as a float, NaN or inf (in lists too) as None."""
+    if column == SCORE and value is not None:
+        value = float(value)
+    return json_safe(value)
 
 
 def worker_error(error: BaseException) -> str:
@@ -163,18 +185,31 @@ def _ids(dataset: Dataset) -> Iterator[Any]:
     return (row["id"] for row in iter_rows(dataset.select_columns(["id"])))
 
 
-def _set_progress(ray: Any, progress: bool) -> None:
-    """Show Ray Data's progress bars (or not), and none of its execution plans (nor, without progress,
-    its warnings and errors: a failure is told by the job's own error)."""
-    import logging
-
+def _hide_ray_progress(ray: Any, progress: bool) -> None:
+    """Turn off Ray Data's progress bars (the job draws its own, of rows: Ray's count blocks of an
+    unknown total, ``0/?``, and without a terminal are logged every 10 s instead) and its execution
+    plans; without ``progress``, its warnings and errors too (a failure is told by the job's own error)."""
     context = ray.data.DataContext.get_current()
-    context.enable_progress_bars = progress
-    context.use_ray_tqdm = False  # bars drawn here, by tqdm (Ray's own are sent through worker logs)
+    context.enable_progress_bars = False
     context.print_on_execution_start = False
     logging.getLogger("ray.data").setLevel(logging.WARNING if progress else logging.CRITICAL)
-    # Without a terminal, Ray Data logs its progress every 10 s instead of drawing bars.
-    logging.getLogger("ray.data._internal.progress").setLevel(logging.INFO if progress else logging.ERROR)
+    logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)  # "Progress bars disabled..."
+
+
+@contextlib.contextmanager
+def _backend_errors_hidden() -> Iterator[None]:
+    """Keep the C++ log of this process's Ray core worker (and of a local cluster it starts) to fatal
+    errors while Ray is used, unless ``RAY_BACKEND_LOG_LEVEL`` says otherwise: Ray Data's actor pool
+    logs an error-level line on every run (its workers' constructor arguments are in the object
+    store, ray-project/ray#57733) that stops nothing. A worker's failure still stops the job with
+    its own message (:class:`RayJobError`)."""
+    given = os.environ.get(BACKEND_LOG_LEVEL)
+    os.environ.setdefault(BACKEND_LOG_LEVEL, "fatal")
+    try:
+        yield
+    finally:
+        if given is None:
+            os.environ.pop(BACKEND_LOG_LEVEL, None)
 
 
 def _remove_temporary(output_path: Path) -> None:

@@ -8,6 +8,7 @@ workers checked against the cluster). Ray is imported inside the functions that 
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -174,17 +175,21 @@ def add_ray_score_columns(
     ray = import_ray()
     ds.context.execution_options.preserve_order = True
     environment = worker_environment()
-    return ds.map_batches(
-        ScoreBatches,
-        batch_size=int(scorer.config.get("batch_size") or DEFAULT_BATCH_SIZE),
-        batch_format="pyarrow",
-        compute=ray.data.ActorPoolStrategy(size=num_workers),
-        num_cpus=1,
-        num_gpus=gpus_per_worker or None,
-        fn_constructor_kwargs={"config": dict(config), "names": names, "keep_columns": keep_columns,
-                               "device": None if gpus_per_worker else "cpu",
-                               "threads": worker_threads(gpus_per_worker)},
-        max_restarts=WORKER_RESTARTS,
-        max_task_retries=WORKER_RESTARTS,
-        **({"runtime_env": {"env_vars": environment}} if environment else {}),
-    )
+    with warnings.catch_warnings():
+        # Ray 2.60 deprecates the remote arguments map_batches passes on, but names no parameter for
+        # an actor's restarts yet (its default replaces a worker forever).
+        warnings.filterwarnings("ignore", message="`ray_remote_args` is deprecated", category=DeprecationWarning)
+        return ds.map_batches(
+            ScoreBatches,
+            batch_size=int(scorer.config.get("batch_size") or DEFAULT_BATCH_SIZE),
+            batch_format="pyarrow",
+            compute=ray.data.ActorPoolStrategy(size=num_workers),
+            num_cpus=1,
+            num_gpus=gpus_per_worker or None,
+            fn_constructor_kwargs={"config": dict(config), "names": names, "keep_columns": keep_columns,
+                                   "device": None if gpus_per_worker else "cpu",
+                                   "threads": worker_threads(gpus_per_worker)},
+            max_restarts=WORKER_RESTARTS,
+            max_task_retries=WORKER_RESTARTS,
+            **({"runtime_env": {"env_vars": environment}} if environment else {}),
+        )

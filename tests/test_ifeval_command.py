@@ -129,7 +129,8 @@ def test_another_runs_samples_are_refused_unless_overwrite(finished, model_dir, 
     capsys.readouterr()
     assert run("--model", model_dir, "--limit", "2", "--max-new-tokens", "5", "--output", str(folder)) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: ") and "holds samples of another run (its settings changed)" in err
+    assert err.startswith("error: ")
+    assert "holds samples of another run (its settings changed: max_new_tokens 4 -> 5)" in err
     assert err.count("\n") == 1 and "--overwrite" in err
     assert run("--model", model_dir, "--limit", "2", "--max-new-tokens", "5", "--output", str(folder),
                "--overwrite") == 0

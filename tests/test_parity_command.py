@@ -117,9 +117,9 @@ def test_command_writes_nan_as_null(model_dir, tmp_path):
     assert stats["information_parity"] is None and stats["pairs"] == [{"id": 0, "score": None}]
 
 
-def test_command_needs_exactly_one_data_source():
-    with pytest.raises(SystemExit):
-        main(["parity"])
+def test_command_needs_exactly_one_data_source(capsys):
+    assert main(["parity"]) == 2
+    assert capsys.readouterr().err == "error: parity: give exactly one of --data FILE or --hub DATASET\n"
 
 
 def test_default_model_on_shared_flores(shared_dir, tmp_path, capsys):

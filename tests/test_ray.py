@@ -175,7 +175,7 @@ def test_the_package_and_its_help_do_not_import_ray():
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT)
     assert result.returncode == 0, result.stderr
-    assert "--engine {accelerate,ray}" in result.stdout and "not resumable" in result.stdout
+    assert "--engine {local,ray}" in result.stdout and "not resumable" in result.stdout
 
 
 class BatchesOf:

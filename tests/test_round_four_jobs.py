@@ -104,6 +104,21 @@ def test_a_data_column_named_score_is_refused_both_ways(tmp_path, capsys, stream
 # ---------------------------------------------------------- 5: a backend that cannot say what it runs
 
 
+def killed_after_one_chunk(backend_class: type[TransformersBackend]) -> type[TransformersBackend]:
+    """``backend_class``, dying (like a killed process) when asked to score a second chunk."""
+
+    class KilledAfterOneChunk(backend_class):
+        calls = 0
+
+        def score(self, items, **settings):
+            KilledAfterOneChunk.calls += 1
+            if KilledAfterOneChunk.calls > 1:
+                raise KeyboardInterrupt
+            return super().score(items, **settings)
+
+    return KilledAfterOneChunk
+
+
 class Anonymous(TransformersBackend):
     """A backend that cannot say what it runs."""
 
@@ -115,16 +130,7 @@ def test_a_job_never_resumes_with_the_results_of_a_backend_without_identity(tmp_
     rows = Dataset.from_list([{"id": f"r{i}", "text": "ab " * (i + 1)} for i in range(12)])
     output = tmp_path / "scores.jsonl"
 
-    class KilledAfterOneChunk(Anonymous):
-        calls = 0
-
-        def score(self, items, **settings):
-            KilledAfterOneChunk.calls += 1
-            if KilledAfterOneChunk.calls > 1:
-                raise KeyboardInterrupt
-            return super().score(items, **settings)
-
-    first = PerplexityScorer(backend=KilledAfterOneChunk(model, tokenizer), batch_size=4)
+    first = PerplexityScorer(backend=killed_after_one_chunk(Anonymous)(model, tokenizer), batch_size=4)
     with pytest.raises(KeyboardInterrupt):
         run_scoring_job(rows, first, output, progress=False)
     assert read_jsonl(work_dir_for(output) / "rank-00000.jsonl")  # the first chunk was kept
@@ -154,22 +160,13 @@ def test_a_resumed_job_reuses_the_first_runs_cpu_kernel_choice(tmp_path, model, 
 
     monkeypatch.setattr(cpu_kernels, "measure_linear_rates", measure)
 
-    class KilledAfterOneChunk(TransformersBackend):
-        calls = 0
-
-        def score(self, items, **settings):
-            KilledAfterOneChunk.calls += 1
-            if KilledAfterOneChunk.calls > 1:
-                raise KeyboardInterrupt
-            return super().score(items, **settings)
-
     def scorer(backend_class):
         backend = backend_class(model, tokenizer)
         backend.identity = lambda: {"model": "tiny"}
         return PerplexityScorer(backend=backend, batch_size=4)
 
     with pytest.raises(KeyboardInterrupt):
-        run_scoring_job(rows, scorer(KilledAfterOneChunk), output, progress=False)
+        run_scoring_job(rows, scorer(killed_after_one_chunk(TransformersBackend)), output, progress=False)
     cpu_kernels._measured.clear()  # a new process: nothing measured yet
     kernels = []
     monkeypatch.setattr(cpu_kernels, "OneDNNLinear", lambda: kernels.append("onednn") or contextlib.nullcontext())

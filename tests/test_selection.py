@@ -11,6 +11,7 @@ from datasets import Dataset
 
 from hf_adapters import cli, select
 from hf_adapters.selection import selection_indices
+from hf_adapters.wording import noun_for
 
 SCORES = [0.9, 1.3, math.nan, 0.7, None, 0.9, 0.2, 1.0, 0.95, 0.5]
 
@@ -82,7 +83,7 @@ def test_select_command_with_a_convention_picks_what_selection_indices_picks(tmp
     selected = [json.loads(line) for line in output.read_text(encoding="utf-8").splitlines()]
     assert [row["id"] for row in selected] == [f"r{index}" for index in indices]
     printed = capsys.readouterr().out
-    assert all(f"{count:>9} rows removed: {rule}\n" in printed for rule, count in removed.items())
+    assert all(f"{count:>9} {noun_for(count, 'row')} removed: {rule}\n" in printed for rule, count in removed.items())
 
 
 def test_select_command_refuses_a_score_file_of_other_data(tmp_path, capsys):

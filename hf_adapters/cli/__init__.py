@@ -6,12 +6,24 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from collections.abc import Sequence
 
-from . import demo_command, ifeval_command, parity_command, perplexity_command, score_command, select_command
-from .arguments import progress_settings_kept
+from ..plugins import PluginError
+from . import (
+    compare_command,
+    demo_command,
+    ifeval_command,
+    parity_command,
+    perplexity_command,
+    score_command,
+    select_command,
+    summary_command,
+)
+from .arguments import import_plugins, progress_settings_kept
 
-SUBCOMMANDS = [demo_command, ifeval_command, parity_command, perplexity_command, score_command, select_command]
+SUBCOMMANDS = [compare_command, demo_command, ifeval_command, parity_command, perplexity_command, score_command,
+               select_command, summary_command]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,5 +39,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     args = build_parser().parse_args(argv)
+    try:
+        import_plugins(args)
+    except PluginError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     with progress_settings_kept():
         return args.run(args) or 0

@@ -10,7 +10,9 @@ import argparse
 import contextlib
 from collections.abc import Callable, Iterator
 
+from .. import plugins
 from ..options import DEFAULT_BATCH_SIZE, DEFAULT_MODEL_ID, DTYPES
+from ..plugins import BACKEND_GROUP, PLUGINS_VARIABLE, SCORER_GROUP
 
 
 def positive_int(text: str) -> int:
@@ -36,8 +38,8 @@ def non_negative_float(text: str) -> float:
 
 
 def add_model_arguments(parser: argparse.ArgumentParser, *, overrides: bool = False, device: bool = True) -> None:
-    """``--model``, ``--dtype``, ``--batch-size`` (and ``--device``); with ``overrides`` they default
-    to the config's values and say so."""
+    """``--model``, ``--dtype``, ``--batch-size`` (and ``--device``), and ``--plugin``; with ``overrides``
+    they default to the config's values and say so."""
     of_config = " (overrides the config)" if overrides else ""
     parser.add_argument("--model", default=None if overrides else DEFAULT_MODEL_ID,
                         help=f"model id, local folder or .gguf file{of_config}"
@@ -50,6 +52,26 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, overrides: bool = Fa
                         + (of_config or f" (default: {DEFAULT_BATCH_SIZE})"))
     if device:
         parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: accelerate's device)")
+    add_plugin_argument(parser)
+
+
+def add_plugin_argument(parser: argparse.ArgumentParser) -> None:
+    """``--plugin MODULE`` (repeatable), imported before anything else is read (:func:`import_plugins`)."""
+    parser.add_argument("--plugin", action="append", metavar="MODULE",
+                        help=f"import MODULE first, e.g. one that registers a backend or scorer (register_backend, "
+                        f"register_scorer); repeatable; also ${PLUGINS_VARIABLE}=MOD1,MOD2. Installed packages' "
+                        f"entry points in the groups {BACKEND_GROUP} and {SCORER_GROUP} need no option")
+
+
+def import_plugins(args: argparse.Namespace) -> None:
+    """Import the plugin modules of ``$HF_ADAPTERS_PLUGINS`` and ``--plugin``, for a command that takes them."""
+    if hasattr(args, "plugin"):
+        plugins.import_plugins(plugins.plugin_modules(args.plugin))
+
+
+def one_line(error: BaseException) -> str:
+    """The error's message on one line (the model loader lists what it tried on several)."""
+    return " ".join(line.strip() for line in str(error).splitlines() if line.strip()) or type(error).__name__
 
 
 def add_progress_argument(parser: argparse.ArgumentParser) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from importlib import resources
 from pathlib import Path
@@ -15,7 +16,7 @@ from pathlib import Path
 from ..data_io import read_records
 from ..ifeval import demo_rows
 from ..json_values import json_safe
-from .arguments import add_model_arguments, add_progress_argument, hide_library_progress
+from .arguments import add_model_arguments, add_progress_argument, hide_library_progress, one_line
 from .parity_command import format_table as parity_table
 from .tables import format_number, format_table
 
@@ -83,12 +84,17 @@ def _ifeval() -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..backends import TransformersBackend
+    from ..models import ModelLoadError
 
     start = time.perf_counter()
     if not args.progress:
         hide_library_progress()
     rows = sample_rows()
-    backend = TransformersBackend.from_pretrained(args.model, dtype=args.dtype, device=args.device)
+    try:
+        backend = TransformersBackend.from_pretrained(args.model, dtype=args.dtype, device=args.device)
+    except (ValueError, ModelLoadError) as error:
+        print(f"error: {one_line(error)}", file=sys.stderr)
+        return 2
     model = backend.model
     print(f"Model: {args.model} ({type(model).__name__}, {model.num_parameters() / 1e6:.0f}M parameters)\n")
     records = _instruction_scores(rows, backend, args.batch_size)

@@ -11,7 +11,8 @@ import sys
 
 from ..ifeval.end_to_end import DEFAULT_MAX_NEW_TOKENS
 from ..options import DEFAULT_GENERATION_BATCH_SIZE, DEFAULT_MODEL_ID, DTYPES
-from .arguments import add_progress_argument, hide_library_progress, positive_int
+from ..wording import plural
+from .arguments import add_progress_argument, hide_library_progress, one_line, positive_int
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -43,11 +44,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(run=run)
 
 
-def one_line(error: BaseException) -> str:
-    """The error's message on one line (the model loader lists what it tried on several)."""
-    return " ".join(line.strip() for line in str(error).splitlines() if line.strip()) or type(error).__name__
-
-
 def run(args: argparse.Namespace) -> int:
     from ..backends import TransformersBackend
     from ..ifeval.end_to_end import results_table, run_ifeval, run_manifest, run_settings
@@ -74,9 +70,10 @@ def run(args: argparse.Namespace) -> int:
         return 2
     run_stats = results["this_run"]
     rate = run_stats["tokens_generated"] / run_stats["seconds"] if run_stats["seconds"] else 0.0
-    print(f"ifeval: {results['prompts']} prompts, {results['instructions']} instructions; model {args.model}, "
-          f"max_new_tokens {args.max_new_tokens}; this run generated {run_stats['prompts_generated']} responses, "
-          f"{run_stats['tokens_generated']} tokens in {run_stats['seconds']:.1f} s ({rate:.1f} tokens/s)")
+    print(f"ifeval: {plural(results['prompts'], 'prompt')}, {plural(results['instructions'], 'instruction')}; "
+          f"model {args.model}, max_new_tokens {args.max_new_tokens}; this run generated "
+          f"{plural(run_stats['prompts_generated'], 'response')}, {plural(run_stats['tokens_generated'], 'token')} "
+          f"in {run_stats['seconds']:.1f} s ({rate:.1f} tokens/s)")
     print(results_table(results))
     print(f"\nSamples and results written to {args.output}/samples.jsonl and {args.output}/results.json")
     return 0

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..json_values import json_safe
-from .arguments import add_model_arguments, add_progress_argument, hide_library_progress, positive_int
+from .arguments import add_model_arguments, add_progress_argument, hide_library_progress, one_line, positive_int
 from .tables import format_table as text_table
 
 #: Per-language statistics, in table order, with the table's column headers.
@@ -71,18 +71,18 @@ def run(args: argparse.Namespace) -> int:
     from ..models import ModelLoadError
     from ..parallel_corpus import evaluate_parallel, hub_rows
 
-    if (args.data is None) == (args.hub is None):
-        raise SystemExit("parity: give exactly one of --data FILE or --hub DATASET")
     if not args.progress:
         hide_library_progress()
     try:
+        if (args.data is None) == (args.hub is None):
+            raise ValueError("parity: give exactly one of --data FILE or --hub DATASET")
         rows = read_records(args.data) if args.data else hub_rows(args.hub, args.hub_config, args.split)
         result = evaluate_parallel(
             rows, args.reference, languages=args.languages, model_id=args.model, batch_size=args.batch_size,
             max_length=args.max_length, dtype=args.dtype, device=args.device, progress=None if args.progress else False,
         )
     except (OSError, ValueError, ModelLoadError) as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: {one_line(error)}", file=sys.stderr)
         return 2
     print(f"Information parity against {args.reference}, model {args.model}")
     print(format_table(result))

@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 from ..options import DEFAULT_MAX_LENGTH
-from .arguments import add_model_arguments, add_progress_argument, hide_library_progress, positive_int
+from ..wording import plural
+from .arguments import add_model_arguments, add_progress_argument, hide_library_progress, one_line, positive_int
 from .tables import format_table
 
 
@@ -42,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
                                   progress=args.progress)
         result = scorer.result({"text": texts})
     except (ValueError, ModelLoadError) as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: {one_line(error)}", file=sys.stderr)
         return 2
     rows = []
     for path, text, nll, tokens, perplexity in zip(args.files, texts, result["nlls"], result["token_counts"],
@@ -50,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
         size = len(text.encode("utf-8"))
         rows.append([path, size, tokens, perplexity, nll / size / math.log(2) if tokens else math.nan])
     print(format_table(["file", "bytes", "tokens", "perplexity", "bits per byte"], rows))
-    print(f"\nAll {len(texts)} document(s), model {args.model}, windows of {args.max_length} tokens, "
+    print(f"\nAll {plural(len(texts), 'document')}, model {args.model}, windows of {args.max_length} tokens, "
           f"stride {stride}:")
     print(format_table(["token perplexity", "word perplexity", "byte perplexity", "bits per byte"],
                        [[result["corpus_perplexity"], result["word_perplexity"], result["byte_perplexity"],

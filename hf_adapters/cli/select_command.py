@@ -11,6 +11,7 @@ from ..data_io import LOADERS, read_records, read_rows, written_id
 from ..json_values import json_safe, to_json_value
 from ..output_paths import check_output_path
 from ..selection import check_scores, selection_indices
+from ..wording import noun_for, plural
 from .arguments import hide_library_progress
 
 
@@ -63,8 +64,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     write_selected(dataset, indices, args.column, scores, args.output)
     for rule, count in removed.items():
-        print(f"{count:>9} rows removed: {rule}")
-    print(f"{len(indices):>9} of {len(scores)} rows selected, written to {args.output}")
+        print(f"{count:>9} {noun_for(count, 'row')} removed: {rule}")
+    print(f"{len(indices):>9} of {plural(len(scores), 'row')} selected, written to {args.output}")
     return 0
 
 

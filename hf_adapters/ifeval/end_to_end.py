@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..wording import plural
 from . import run_folder
 from .evaluation import aggregate, score_rows
 from .prompts import prompt_token_ids
@@ -117,8 +118,8 @@ def run_ifeval(
         done = {sample["key"]: sample for sample in run_folder.start(output, manifest, overwrite)}
         if stray := [key for key in done if key not in by_key]:
             raise run_folder.RunFolderError(
-                f"{output} holds samples of {len(stray)} prompt(s) this run does not include (key {stray[0]!r}): it "
-                "ran with more prompts (a larger --limit); rerun with them, or pass --overwrite.")
+                f"{output} holds samples of {plural(len(stray), 'prompt')} this run does not include (key "
+                f"{stray[0]!r}): it ran with more prompts (a larger --limit); rerun with them, or pass --overwrite.")
         todo = [row for row in rows if row["key"] not in done]
         ids = prompt_token_ids(backend.tokenizer, todo)
         generated = 0

@@ -18,6 +18,7 @@ import yaml
 from .. import models
 from ..backends import BackendOptions, LikelihoodBackend, TransformersBackend
 from ..options import DEFAULT_BATCH_SIZE, OptionSpec, partition_options
+from ..plugins import SCORER_GROUP, entry_point_class, entry_point_names
 
 SCORERS: dict[str, type[RowScorer]] = {}
 #: The backend of a config without a ``backend`` key.
@@ -339,14 +340,23 @@ class ModelRowScorer(RowScorer):
 
 
 def scorer_class(config: Mapping[str, Any]) -> type[RowScorer]:
-    """The scorer class a config names. ``name: IFDScorer`` with a ``turns`` key names
-    ``ConversationIFDScorer``: IFD of conversations."""
+    """The scorer class a config names: a registered one, else the one an installed package declares
+    under that name in the entry point group ``hf_adapters.scorers`` (imported now, and registered).
+    ``name: IFDScorer`` with a ``turns`` key names ``ConversationIFDScorer``: IFD of conversations."""
     name = config.get("name")
     if name == "IFDScorer" and "turns" in config:
         name = "ConversationIFDScorer"
     if name not in SCORERS:
-        raise ConfigError(f"Unknown scorer name {name!r}; valid names: {sorted(SCORERS)}")
+        cls = entry_point_class(SCORER_GROUP, name, RowScorer) if isinstance(name, str) else None
+        if cls is None:
+            raise ConfigError(f"Unknown scorer name {name!r}; valid names: {scorer_names()}")
+        SCORERS[name] = cls
     return SCORERS[name]
+
+
+def scorer_names() -> list[str]:
+    """The names a config may give: the registered scorers' and the entry points' of ``hf_adapters.scorers``."""
+    return sorted({*SCORERS, *entry_point_names(SCORER_GROUP)})
 
 
 def build_scorer(config: Mapping[str, Any], **overrides: Any) -> RowScorer:
@@ -370,5 +380,5 @@ def load_config(path: str | Path) -> dict[str, Any]:
     except FileNotFoundError:
         raise ConfigError(f"The config {path} does not exist.") from None
     if not isinstance(config, dict) or "name" not in config:
-        raise ConfigError(f"{path}: a config is a YAML mapping with a `name` key; valid names: {sorted(SCORERS)}")
+        raise ConfigError(f"{path}: a config is a YAML mapping with a `name` key; valid names: {scorer_names()}")
     return config
