@@ -11,7 +11,7 @@ import io
 import json
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -558,8 +558,13 @@ def _hub_revision_of_dataset(name: str) -> str | None:
 
 def parse_jsonl(text: str, source: str | None = None) -> list[dict[str, Any]]:
     """The JSON objects of the non-blank lines of ``text``; errors name the line (and ``source``)."""
-    rows = []
-    for number, line in enumerate(text.splitlines(), 1):
+    return list(jsonl_objects(text.splitlines(), source))
+
+
+def jsonl_objects(lines: Iterable[str], source: str | None = None) -> Iterator[dict[str, Any]]:
+    """The JSON objects of the non-blank ``lines`` (a text's, or an open file's, read as they come);
+    errors name the line (and ``source``)."""
+    for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
         where = f"{source}:{number}: " if source else ""
@@ -569,8 +574,7 @@ def parse_jsonl(text: str, source: str | None = None) -> list[dict[str, Any]]:
             raise ValueError(f"{where}Line {number} is not valid JSON ({error.msg}): {line[:80]!r}") from None
         if not isinstance(row, dict):
             raise ValueError(f"{where}Line {number} is JSON but not an object: {line[:80]!r}")
-        rows.append(row)
-    return rows
+        yield row
 
 
 def read_records(path: str | Path) -> list[dict[str, Any]]:

@@ -7,7 +7,6 @@ A score that is not a finite number (null, NaN, infinite) is counted, never aver
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -16,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .data_io import data_files, read_records, written_id
+from .data_io import data_files, jsonl_objects, read_records, written_id
 from .selection import check_scores
 
 #: The quantiles a summary gives, by the name it prints.
@@ -166,16 +165,7 @@ def _json_records(file: Path) -> Iterator[dict]:
         yield from read_records(file)
         return
     with open(file, encoding="utf-8-sig") as handle:
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise ValueError(f"{file}: line {number} is not valid JSON ({error.msg}).") from None
-            if not isinstance(record, dict):
-                raise ValueError(f"{file}: line {number} is not a JSON object.")
-            yield record
+        yield from jsonl_objects(handle, str(file))
 
 
 def _csv_column(file: Path, column: str) -> tuple[list, list]:
