@@ -312,13 +312,41 @@ def cache_folder() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache").expanduser() / "hf_adapters"
 
 
+#: Bumped when the layout of the de-quantized copy changes, so that older copies are not reused.
+DEQUANTIZED_FORMAT = 2
+
+
+def gguf_content_digest(path: Path) -> str:
+    """The SHA-256 of a GGUF file's content, computed once per file version: it is remembered in the
+    cache folder under the file's path, size and modification time, so copies of one file at several
+    places (one per installation) share one key without being read again on every load."""
+    stat = path.stat()
+    stamp = json.dumps([str(path.resolve()), stat.st_size, stat.st_mtime_ns])
+    remembered = cache_folder() / "dequantized" / "digests" / hashlib.sha256(stamp.encode()).hexdigest()[:32]
+    try:
+        return remembered.read_text(encoding="utf-8").strip()
+    except OSError:
+        pass
+    with path.open("rb") as handle:
+        digest = hashlib.file_digest(handle, "sha256").hexdigest()
+    try:
+        remembered.parent.mkdir(parents=True, exist_ok=True)
+        temporary = remembered.with_name(f"{remembered.name}.{os.getpid()}.tmp")
+        temporary.write_text(digest, encoding="utf-8")
+        os.replace(temporary, remembered)
+    except OSError as error:
+        logger.info("Could not remember the digest of %s (%s).", path, error)
+    return digest
+
+
 def dequantized_folder(source: ModelSource) -> Path:
-    """Where the float32 copy of a GGUF file's weights is kept: named by the file's fingerprint
-    (size, modification time, first and last MiB) and the transformers version that de-quantized it."""
+    """Where the float32 copy of a GGUF file's weights is kept: named by the file's content (SHA-256),
+    the transformers version that de-quantized it and the copy's format, so that every installation
+    of the same file shares one copy."""
     import transformers
 
-    record = _file_fingerprint(Path(source.path) / source.gguf_file, source.gguf_file)
-    key = hashlib.sha256(json.dumps([record, transformers.__version__], sort_keys=True).encode()).hexdigest()[:24]
+    digest = gguf_content_digest(Path(source.path) / source.gguf_file)
+    key = hashlib.sha256(json.dumps([digest, transformers.__version__, DEQUANTIZED_FORMAT]).encode()).hexdigest()[:24]
     return cache_folder() / "dequantized" / f"{Path(source.gguf_file).stem}-{key}"
 
 
@@ -337,18 +365,36 @@ def _load_gguf(source: ModelSource, dtype: torch.dtype, trust_remote_code: bool,
     return model.to(dtype), tokenizer
 
 
+def standard_state_dict(model: PreTrainedModel) -> dict[str, torch.Tensor]:
+    """The model's tensors under their usual names, each stored once: of the names that share one
+    tensor (tied embeddings), the first in module order is kept (``model.embed_tokens.weight``, not
+    ``lm_head.weight``), as ``save_pretrained`` writes them and other tools (vLLM) expect."""
+    kept: dict[str, torch.Tensor] = {}
+    seen: set[tuple[int, int]] = set()
+    for name, tensor in model.state_dict().items():
+        storage = (tensor.untyped_storage().data_ptr(), tensor.storage_offset())
+        if storage not in seen:
+            seen.add(storage)
+            kept[name] = tensor.detach().contiguous()
+    return kept
+
+
 def _save_dequantized(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, folder: Path) -> None:
-    """Write a de-quantized model and its tokenizer to ``folder`` as safetensors, all at once (a
-    temporary folder renamed into place); a failure to write only costs the next load its speed."""
-    from safetensors.torch import save_model
+    """Write a de-quantized model and its tokenizer to ``folder`` as a standard transformers checkpoint
+    (``architectures`` set, tied weights under their usual name, safetensors), all at once (a temporary
+    folder renamed into place); a failure to write only costs the next load its speed."""
+    from safetensors.torch import save_file
 
     temporary = folder.with_name(f"{folder.name}.{os.getpid()}.tmp")
     try:
         temporary.mkdir(parents=True, exist_ok=True)
         config = model.config.to_dict()
         config.pop("quantization_config", None)
+        config["architectures"] = [type(model).__name__]
         (temporary / "config.json").write_text(json.dumps(config, indent=2, default=str), encoding="utf-8")
-        save_model(model, str(temporary / "model.safetensors"))
+        if model.generation_config is not None:
+            model.generation_config.save_pretrained(temporary)
+        save_file(standard_state_dict(model), str(temporary / "model.safetensors"), metadata={"format": "pt"})
         tokenizer.save_pretrained(temporary)
         os.rename(temporary, folder)
         logger.info("De-quantized weights kept in %s for the next load.", folder)
@@ -411,6 +457,26 @@ def load_model(
     if any(source.on_hub for source in sources) and not hub_is_offline() and not hub_reachable():
         tried += "\n  (the hub could not be reached, so hub ids were looked for in the local cache only)"
     raise ModelLoadError(f"Could not load model {model_id!r}. Tried:\n{tried}")
+
+
+def checkpoint_path(model_id: str = DEFAULT_MODEL_ID) -> str:
+    """What another engine (vLLM) loads for ``model_id``: a local folder as it is; a ``.gguf`` file, or
+    the embedded default offline, as its de-quantized copy (a standard checkpoint, written on first
+    use); else the hub id. Raises a ModelLoadError as :func:`load_model` does for a path that holds no model."""
+    source = candidate_sources(model_id)[0] if model_id != DEFAULT_MODEL_ID or not hub_unavailable() else None
+    if source is None:
+        source = embedded_default_source()
+        if source is None:
+            raise ModelLoadError(f"Could not find model {model_id!r}: the hub cannot be reached and the package "
+                                 f"{EMBEDDED_PACKAGE.replace('_', '-')} that embeds it is not installed.")
+    if source.gguf_file is None:
+        return source.path
+    folder = dequantized_folder(source)
+    if not (folder / "model.safetensors").is_file():
+        _load_gguf(source, torch.float32, False, None)
+        if not (folder / "model.safetensors").is_file():
+            raise ModelLoadError(f"Could not write the de-quantized copy of {source} to {folder}.")
+    return str(folder)
 
 
 def clear_model_cache(model_id: str | None = None) -> None:

@@ -36,6 +36,7 @@ the model's ``generation_config`` is applied (``model.generate`` would apply the
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterable, Sequence
 
 import torch
@@ -69,6 +70,13 @@ def default_tie_margin(model: PreTrainedModel) -> float:
     return FLOAT32_TIE_MARGIN if dtype in (torch.float32, torch.float64) else 0.0
 
 
+def cache_argument(model: PreTrainedModel, cache: DynamicCache) -> dict[str, DynamicCache]:
+    """The keyword a model's ``forward`` takes its KV cache by: ``cache`` in recent transformers,
+    ``past_key_values`` before (5.19 and older), which would otherwise take ``cache=`` silently and ignore it."""
+    name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    return {name: cache}
+
+
 class AloneDecoder:
     """One prompt decoded alone, as ``model.generate`` decodes a batch of one: the prompt in one
     forward pass, then one token per pass, the logits of the last position only.
@@ -89,7 +97,7 @@ class AloneDecoder:
             input_ids=torch.tensor([ids], device=device),
             attention_mask=torch.ones(1, start + len(ids), dtype=torch.long, device=device),
             position_ids=torch.arange(start, start + len(ids), device=device)[None],
-            cache=self.cache, use_cache=True, logits_to_keep=1,
+            **cache_argument(self.model, self.cache), use_cache=True, logits_to_keep=1,
         )
         return output.logits[0, -1].float()
 
@@ -230,7 +238,7 @@ class _Rows:
         """Feed each row its next token; the logits that follow, one row each."""
         self.mask = torch.cat([self.mask, self.mask.new_ones(len(self), 1)], dim=-1)
         logits = self.model(input_ids=self.tokens[:, None], attention_mask=self.mask, position_ids=self.positions,
-                            cache=self.cache, use_cache=True).logits[:, -1].float()
+                            **cache_argument(self.model, self.cache), use_cache=True).logits[:, -1].float()
         self.positions = self.positions + 1
         return logits
 
@@ -324,8 +332,8 @@ def _static_batch(model: PreTrainedModel, prompts: list[list[int]], max_new_toke
     input_ids = torch.tensor([[pad_id] * (width - len(p)) + p for p in prompts], device=device)
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    logits = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True,
-                   logits_to_keep=1).logits[:, -1].float()
+    logits = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, **cache_argument(model, cache),
+                   use_cache=True, logits_to_keep=1).logits[:, -1].float()
     positions = positions[:, -1:]
     indices = list(range(len(prompts)))  # the prompt of each batch row
     outputs: list[list[int]] = [[] for _ in prompts]
@@ -343,8 +351,8 @@ def _static_batch(model: PreTrainedModel, prompts: list[list[int]], max_new_toke
             indices = [indices[row] for row in going_on]
         mask = torch.cat([mask, mask.new_ones(len(indices), 1)], dim=-1)
         positions = positions + 1
-        logits = model(input_ids=tokens[:, None], attention_mask=mask, position_ids=positions, cache=cache,
-                       use_cache=True).logits[:, -1].float()
+        logits = model(input_ids=tokens[:, None], attention_mask=mask, position_ids=positions,
+                       **cache_argument(model, cache), use_cache=True).logits[:, -1].float()
 
 
 @torch.inference_mode()
