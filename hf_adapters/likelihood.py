@@ -41,12 +41,15 @@ class ContinuationScore:
         num_tokens: number of continuation tokens scored (after truncation).
         truncated: whether the sequence was cut to ``max_length``.
         token_nlls: the NLL of each scored token, when they were asked for.
+        token_entropies: the entropy of the model's prediction at each scored token,
+            ``-sum_v p(v | x_<i) ln p(v | x_<i)`` over the whole vocabulary in nats, when asked for.
     """
 
     nll: float
     num_tokens: int
     truncated: bool
     token_nlls: tuple[float, ...] | None = None
+    token_entropies: tuple[float, ...] | None = None
 
     @property
     def mean_nll(self) -> float:
@@ -58,18 +61,29 @@ class ContinuationScore:
         """exp of the mean NLL: NaN when nothing was scored, inf rather than an error past float range."""
         return exp_or_inf(self.mean_nll)
 
+    @property
+    def mean_entropy(self) -> float:
+        """Mean predictive entropy over the scored tokens, in nats (NaN when nothing was scored or
+        entropies were not asked for)."""
+        if not self.num_tokens or self.token_entropies is None:
+            return math.nan
+        return math.fsum(self.token_entropies) / self.num_tokens
+
 
 def combined(scores: Sequence[ContinuationScore]) -> ContinuationScore:
     """Several continuations scored as one (a document's windows, a conversation's turns): the NLLs
     and token counts of those with a scored token added, their token NLLs (if all have them) in
-    order; NaN when none has a scored token."""
+    order (their token entropies likewise); NaN when none has a scored token."""
     valid = [score for score in scores if score.num_tokens]
     with_tokens = all(score.token_nlls is not None for score in scores)
     token_nlls = tuple(nll for score in valid for nll in score.token_nlls) if with_tokens else None
+    with_entropies = all(score.token_entropies is not None for score in scores)
+    entropies = tuple(h for score in valid for h in score.token_entropies) if with_entropies else None
+    truncated = any(score.truncated for score in scores)
     if not valid:
-        return ContinuationScore(math.nan, 0, any(score.truncated for score in scores), token_nlls)
+        return ContinuationScore(math.nan, 0, truncated, token_nlls, entropies)
     return ContinuationScore(sum(score.nll for score in valid), sum(score.num_tokens for score in valid),
-                             any(score.truncated for score in scores), token_nlls)
+                             truncated, token_nlls, entropies)
 
 
 @dataclass(frozen=True)
@@ -100,9 +114,10 @@ class PreparedItem:
         """The items this sequence's forward pass scores: itself, then its guests."""
         return (self, *self.guests)
 
-    def unscored(self, token_losses: bool = False) -> ContinuationScore:
+    def unscored(self, token_losses: bool = False, entropies: bool = False) -> ContinuationScore:
         """The score of an item with no token to score: NaN."""
-        return ContinuationScore(math.nan, 0, self.truncated, () if token_losses else None)
+        return ContinuationScore(math.nan, 0, self.truncated, () if token_losses else None,
+                                 () if entropies else None)
 
 
 def start_token_id(tokenizer: PreTrainedTokenizerBase) -> int:

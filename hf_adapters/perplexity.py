@@ -33,6 +33,14 @@ def with_token_losses(result: dict, tokenizer: PreTrainedTokenizerBase, ids: Seq
     return result
 
 
+def with_entropies(result: dict, scores: Sequence[ContinuationScore], asked: bool) -> dict:
+    """``result`` with, when ``asked``, each row's mean predictive entropy over its scored tokens
+    (``entropies``, in nats; NaN where none was scored)."""
+    if asked:
+        result["entropies"] = [score.mean_entropy for score in scores]
+    return result
+
+
 def summarize_perplexity(scores: Sequence[ContinuationScore]) -> dict:
     """Per-text perplexities, their mean over valid texts, and corpus perplexity."""
     perplexities = [score.perplexity for score in scores]
@@ -60,6 +68,8 @@ class PerplexityOptions(OptionSpec):
         stride: score every token, in lm-evaluation-harness's rolling windows, each predicting at most
             ``stride`` new tokens (``stride=max_length``: lm-eval's disjoint windows).
         return_token_losses: add, per text, its scored tokens and their NLLs.
+        return_entropy: add, per text, the mean predictive entropy over its scored tokens (``entropies``,
+            in nats), from the same forward pass.
         convention: ``"exact"``, or ``"opendataarena"``: the tokens OpenDataArena-Tool's ``PPLScorer`` scores.
         turn_template: conversations only: a turn layout with ``{role}`` and ``{content}`` used instead of
             the tokenizer's chat template.
@@ -69,6 +79,7 @@ class PerplexityOptions(OptionSpec):
     add_start_token: bool = True
     stride: int | None = None
     return_token_losses: bool = False
+    return_entropy: bool = False
     convention: str = "exact"
     turn_template: str | None = None
 
@@ -120,7 +131,8 @@ def compute_perplexity(predictions: Sequence[str], **options: Any) -> dict:
     ``word_perplexity``, ``byte_perplexity`` and ``bits_per_byte`` over all texts.
 
     ``return_token_losses`` adds, per text, its scored tokens as strings (``tokens``) and their NLLs
-    (``token_losses``).
+    (``token_losses``); ``return_entropy`` the mean predictive entropy over its scored tokens
+    (``entropies``, in nats: ``-sum_v p(v | x_<i) ln p(v | x_<i)`` over the whole vocabulary).
 
     ``convention="opendataarena"`` scores the tokens OpenDataArena-Tool's ``PPLScorer`` scores: the
     text tokenized with the tokenizer's default special tokens, cut to ``max_length``, every token
@@ -159,11 +171,12 @@ def score_perplexity(
     else:
         items = text_items(tokenizer, texts, options.add_start_token)
     scores = backend.score_checked(items, max_length=options.max_length, batch_size=batch_size, progress=progress,
-                                   desc="Perplexity", token_losses=options.return_token_losses)
+                                   desc="Perplexity", token_losses=options.return_token_losses,
+                                   entropies=options.return_entropy)
     if truncated := sum(score.truncated for score in scores):
         logger.warning("%d text(s) were longer than max_length and were truncated; pass `stride` to score every "
                        "token in rolling windows.", truncated)
-    result = summarize_perplexity(scores)
+    result = with_entropies(summarize_perplexity(scores), scores, options.return_entropy)
     if options.return_token_losses:
         return with_token_losses(result, tokenizer, [continuation for _, continuation in items], scores)
     return result
@@ -198,9 +211,10 @@ def score_rolling_perplexity(
     scores = iter(backend.score_checked(
         [item for text_windows in windows for item in text_windows], batch_size=batch_size, progress=progress,
         desc="Perplexity (rolling)", truncate=False, token_losses=options.return_token_losses,
+        entropies=options.return_entropy,
     ))
     per_text = [combined([next(scores) for _ in text_windows]) for text_windows in windows]
-    result = summarize_perplexity(per_text)
+    result = with_entropies(summarize_perplexity(per_text), per_text, options.return_entropy)
     result["nlls"] = [score.nll for score in per_text]
     result["token_counts"] = [score.num_tokens for score in per_text]
     valid = [(text, score) for text, score in zip(texts, per_text, strict=True) if score.num_tokens]
@@ -228,6 +242,8 @@ def score_conversation_perplexity(
                         for messages in conversations]
     scores = iter(backend.score_checked(
         [pair for pairs in per_conversation for pair in pairs], max_length=options.max_length,
-        batch_size=batch_size, progress=progress, desc="Perplexity (conversations)",
+        batch_size=batch_size, progress=progress, desc="Perplexity (conversations)", entropies=options.return_entropy,
     ))
-    return summarize_perplexity([combined([next(scores) for _ in pairs]) for pairs in per_conversation])
+    per_conversation_scores = [combined([next(scores) for _ in pairs]) for pairs in per_conversation]
+    return with_entropies(summarize_perplexity(per_conversation_scores), per_conversation_scores,
+                          options.return_entropy)

@@ -48,6 +48,9 @@ class LikelihoodBackend(ABC):
     """
 
     name: ClassVar[str] = ""
+    #: Whether :meth:`score` computes predictive entropies (``entropies=True``); a backend that does
+    #: not is refused that option by :meth:`score_checked`, with an error naming it.
+    computes_entropies: ClassVar[bool] = False
     tokenizer: PreTrainedTokenizerBase
 
     @property
@@ -80,6 +83,7 @@ class LikelihoodBackend(ABC):
         truncate: bool = True,
         batch_size: int | None = None,
         token_losses: bool = False,
+        entropies: bool = False,
         progress: bool | None = None,
         desc: str = "Scoring",
     ) -> list[ContinuationScore]:
@@ -88,7 +92,8 @@ class LikelihoodBackend(ABC):
         The rules are those of :func:`hf_adapters.likelihood.prepare_items`: an empty context is
         the start token; with ``truncate`` a sequence is cut to ``max_length`` (capped at the
         position limit) keeping the context; with ``truncate=False`` nothing is cut. An item with
-        nothing to score gets NaN. ``token_losses`` fills each score's ``token_nlls``.
+        nothing to score gets NaN. ``token_losses`` fills each score's ``token_nlls``; ``entropies``
+        (only where ``computes_entropies`` says so) its ``token_entropies``, from the same forward pass.
         ``batch_size`` (None: the backend's choice), ``progress`` and ``desc`` change how the work
         runs, never a score. The formulas check the result (:meth:`score_checked`).
         """
@@ -96,8 +101,18 @@ class LikelihoodBackend(ABC):
     def score_checked(self, items: Sequence[Item], **settings: Any) -> list[ContinuationScore]:
         """:meth:`score` (``settings`` are its keyword arguments), its result checked against the
         contract (:func:`check_scores`): what the formulas call, so that a backend's mistake stops with
-        an error naming it instead of wrong scores. Subclasses implement :meth:`score`, not this."""
-        return check_scores(self, items, self.score(items, **settings), settings.get("token_losses", False))
+        an error naming it instead of wrong scores. Subclasses implement :meth:`score`, not this.
+        ``entropies=True`` is refused (:class:`EntropyUnsupportedError`) unless ``computes_entropies``;
+        ``entropies=False`` is not passed on, so a backend written without the option keeps working."""
+        entropies = settings.pop("entropies", False)
+        if entropies:
+            settings["entropies"] = True
+        if entropies and not self.computes_entropies:
+            raise EntropyUnsupportedError(
+                f"The backend {backend_label(self)} does not compute predictive entropies (they need the whole "
+                "output distribution at each token); score with the transformers backend for entropy-based scores.")
+        return check_scores(self, items, self.score(items, **settings), settings.get("token_losses", False),
+                            entropies)
 
     def generate(
         self,
@@ -114,6 +129,22 @@ class LikelihoodBackend(ABC):
         tokenizer's EOS by default) or after ``max_new_tokens``; in input order. A backend that can
         calls ``on_result(index, tokens)`` as each response is complete (a run keeps it then)."""
         raise NotImplementedError(f"{type(self).__name__} does not generate text.")
+
+    def embed(
+        self,
+        sequences: Sequence[Sequence[int]],
+        *,
+        pooling: str = "mean",
+        max_length: int | None = None,
+        batch_size: int | None = None,
+        progress: bool | None = None,
+    ) -> Any:
+        """One vector per token sequence, pooled from the model's final hidden states: a float32
+        ``numpy`` array of shape (sequences, hidden size), in input order. ``pooling`` is ``"mean"``
+        (over every token) or ``"last"`` (the last token's state, DEITA's). An empty sequence is the
+        start token; a longer one than ``max_length`` (capped at the position limit) keeps its first
+        tokens. A vector must not depend on the batch it runs in beyond float rounding."""
+        raise NotImplementedError(f"{type(self).__name__} does not compute embeddings.")
 
     @classmethod
     def from_pretrained(cls, model_id: str, *, dtype: Any = None, device: Any = None) -> LikelihoodBackend:
@@ -142,13 +173,17 @@ class BackendContractError(ValueError):
     """A backend's :meth:`LikelihoodBackend.score` returned what its contract rules out."""
 
 
+class EntropyUnsupportedError(ValueError):
+    """Predictive entropies were asked of a backend that does not compute them."""
+
+
 def backend_label(backend: LikelihoodBackend) -> str:
     """How errors name a backend: its registered name and its class, else its class."""
     cls = type(backend).__name__
     return f"{backend.name!r} ({cls})" if backend.name else cls
 
 
-def score_problem(item: Item, score: Any, token_losses: bool) -> str | None:
+def score_problem(item: Item, score: Any, token_losses: bool, entropies: bool = False) -> str | None:
     """What breaks the contract in one item's score, or None."""
     if not isinstance(score, ContinuationScore):
         return f"a {type(score).__name__}, not a ContinuationScore"
@@ -167,15 +202,30 @@ def score_problem(item: Item, score: Any, token_losses: bool) -> str | None:
     if token_losses and (score.token_nlls is None or len(score.token_nlls) != count):
         given = "None" if score.token_nlls is None else f"{len(score.token_nlls)} values"
         return f"token_nlls is {given} for {count} scored tokens (token losses were asked for)"
+    if entropies:
+        return entropy_problem(score.token_entropies, count)
+    return None
+
+
+def entropy_problem(token_entropies: Any, count: int) -> str | None:
+    """What is wrong with the entropies of a score with ``count`` scored tokens, or None: one finite
+    entropy >= 0 per scored token is expected."""
+    if token_entropies is None or len(token_entropies) != count:
+        given = "None" if token_entropies is None else f"{len(token_entropies)} values"
+        return f"token_entropies is {given} for {count} scored tokens (entropies were asked for)"
+    for position, entropy in enumerate(token_entropies):
+        if not isinstance(entropy, numbers.Real) or not (math.isfinite(entropy) and entropy >= 0):
+            return f"token_entropies[{position}]={entropy!r} (a finite entropy >= 0 is expected)"
     return None
 
 
 def check_scores(backend: LikelihoodBackend, items: Sequence[Item], scores: Any,
-                 token_losses: bool = False) -> list[ContinuationScore]:
+                 token_losses: bool = False, entropies: bool = False) -> list[ContinuationScore]:
     """``scores`` as a list, if they keep the contract of ``backend.score(items)``: one
     :class:`ContinuationScore` per item; every continuation token scored unless the item was
     truncated (then fewer); a finite NLL >= 0 where a token was scored, NaN where none was; with
-    ``token_losses``, one token NLL per scored token. Else a :class:`BackendContractError` naming the
+    ``token_losses``, one token NLL per scored token; with ``entropies``, one finite entropy >= 0 per
+    scored token. Else a :class:`BackendContractError` naming the
     backend, the item and what is wrong."""
     label = backend_label(backend)
     if not isinstance(scores, (list, tuple)):
@@ -185,7 +235,7 @@ def check_scores(backend: LikelihoodBackend, items: Sequence[Item], scores: Any,
         raise BackendContractError(f"The backend {label} returned {len(scores)} scores for {len(items)} items; "
                                    "`score` returns one ContinuationScore per item, in order.")
     for index, (item, score) in enumerate(zip(items, scores, strict=True)):
-        if problem := score_problem(item, score, token_losses):
+        if problem := score_problem(item, score, token_losses, entropies):
             raise BackendContractError(f"The backend {label} broke the contract of `score` at item {index} of "
                                        f"{len(items)}: {problem}.")
     return list(scores)

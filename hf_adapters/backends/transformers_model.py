@@ -102,11 +102,21 @@ def _packed_inputs(sequences: list[list[int]]) -> tuple[dict[str, torch.Tensor |
     return {"input_ids": input_ids, "position_ids": position_ids, "attention_mask": None}, offsets[:-1]
 
 
+def _entropies(logits: torch.Tensor) -> torch.Tensor:
+    """The entropy of each row's distribution, ``-sum_v p_v ln p_v``, from its logits, in float64: a
+    near-uniform prediction's entropy is close to ``ln V``, and scores such as UPD's ``1 - H / ln V``
+    would magnify float32's rounding of it (a -inf log-probability adds 0)."""
+    logprobs = torch.log_softmax(logits.double(), dim=-1)
+    return -(logprobs.exp() * logprobs).nansum(dim=-1)
+
+
 @torch.inference_mode()
 def _token_nlls(model: PreTrainedModel, batch: list[PreparedItem], pad_id: int,
-                packed: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """The NLL of every scored token of a batch (float64), and the index of the unit (an item of
-    the batch or one of its guests, in the order of ``units``) each belongs to."""
+                packed: bool, entropies: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """The NLL of every scored token of a batch (float64), the index of the unit (an item of
+    the batch or one of its guests, in the order of ``units``) each belongs to, and with
+    ``entropies`` the entropy of the prediction at each scored token (float64; else None), from the
+    same log-softmax as the NLL."""
     body, head = model.base_model, model.get_output_embeddings()
     postprocess = _logit_postprocessor(model)
     device = head.weight.device
@@ -124,6 +134,7 @@ def _token_nlls(model: PreTrainedModel, batch: list[PreparedItem], pad_id: int,
     inputs = {name: None if value is None else value.to(device) for name, value in inputs.items()}
     targets_t = torch.tensor(targets, device=device)
     token_nll = torch.empty(len(targets), dtype=torch.float64, device=device)
+    token_entropy = torch.empty(len(targets), dtype=torch.float64, device=device) if entropies else None
     hidden = body(**inputs, use_cache=False).last_hidden_state
     hidden = hidden.reshape(-1, hidden.shape[-1])[torch.tensor(positions, device=device)]
     chunk = output_chunk_positions(head.weight)
@@ -131,7 +142,9 @@ def _token_nlls(model: PreTrainedModel, batch: list[PreparedItem], pad_id: int,
         stop = start + chunk
         logits = postprocess(head(hidden[start:stop])).float()
         token_nll[start:stop] = torch.nn.functional.cross_entropy(logits, targets_t[start:stop], reduction="none")
-    return torch.tensor(items, device=device), token_nll
+        if token_entropy is not None:
+            token_entropy[start:stop] = _entropies(logits)
+    return torch.tensor(items, device=device), token_nll, token_entropy
 
 
 def _sums(items: torch.Tensor, token_nll: torch.Tensor, count: int) -> list[float]:
@@ -148,19 +161,25 @@ def _score_batch(model: PreTrainedModel, batch: list[PreparedItem], pad_id: int,
                  packed: bool) -> list[tuple[PreparedItem, float]]:
     """Each unit (the batch's items and their guests) with its total NLL."""
     units = _units(batch)
-    return list(zip(units, _sums(*_token_nlls(model, batch, pad_id, packed), len(units)), strict=True))
+    items, token_nll, _ = _token_nlls(model, batch, pad_id, packed)
+    return list(zip(units, _sums(items, token_nll, len(units)), strict=True))
 
 
-def _score_batch_with_tokens(model: PreTrainedModel, batch: list[PreparedItem], pad_id: int,
-                             packed: bool) -> list[tuple[PreparedItem, float, tuple[float, ...]]]:
-    """Each unit with its total NLL and the NLL of each of its scored tokens."""
-    items, token_nll = _token_nlls(model, batch, pad_id, packed)
+def _score_batch_with_tokens(model: PreTrainedModel, batch: list[PreparedItem], pad_id: int, packed: bool,
+                             entropies: bool = False
+                             ) -> list[tuple[PreparedItem, float, tuple[float, ...], tuple[float, ...] | None]]:
+    """Each unit with its total NLL, the NLL of each of its scored tokens and, with ``entropies``,
+    the entropy at each (else None)."""
+    items, token_nll, token_entropy = _token_nlls(model, batch, pad_id, packed, entropies)
     per_token = token_nll.tolist()
+    per_token_entropy = None if token_entropy is None else token_entropy.tolist()
     units = _units(batch)
     counts = [len(item.input_ids) - item.first_scored for item in units]
     starts = list(itertools.accumulate(counts[:-1], initial=0))
-    return [(unit, total, tuple(per_token[start:start + count])) for unit, total, start, count
-            in zip(units, _sums(items, token_nll, len(units)), starts, counts, strict=True)]
+    return [(unit, total, tuple(per_token[start:start + count]),
+             None if per_token_entropy is None else tuple(per_token_entropy[start:start + count]))
+            for unit, total, start, count in zip(units, _sums(items, token_nll, len(units)), starts, counts,
+                                                 strict=True)]
 
 
 class TransformersBackend(LikelihoodBackend):
@@ -185,6 +204,7 @@ class TransformersBackend(LikelihoodBackend):
     """
 
     name = "transformers"
+    computes_entropies = True
 
     def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, *,
                  batch_size: int | None = DEFAULT_BATCH_SIZE, max_batch_tokens: int | None = None,
@@ -240,6 +260,7 @@ class TransformersBackend(LikelihoodBackend):
         truncate: bool = True,
         batch_size: int | None = None,
         token_losses: bool = False,
+        entropies: bool = False,
         progress: bool | None = None,
         desc: str = "Scoring",
     ) -> list[ContinuationScore]:
@@ -253,7 +274,7 @@ class TransformersBackend(LikelihoodBackend):
             if len(item.input_ids) > item.first_scored:
                 scorable.append(item)
             else:
-                results[item.index] = item.unscored(token_losses)
+                results[item.index] = item.unscored(token_losses, entropies)
         scorable = host_prefixes(scorable)
         on_cpu = model.get_output_embeddings().weight.device.type == "cpu"
         max_batch_tokens = self.max_batch_tokens or (CPU_MAX_BATCH_TOKENS if on_cpu else DEFAULT_MAX_BATCH_TOKENS)
@@ -272,9 +293,11 @@ class TransformersBackend(LikelihoodBackend):
                 batch = [scorable[i] for i in batch_indices]
                 positions = len(batch) * max(len(item.input_ids) for item in batch)
                 with cpu_linear_kernel(model, positions):
-                    if token_losses:
-                        for item, nll, losses in _score_batch_with_tokens(model, batch, pad_id, packing):
-                            results[item.index] = ContinuationScore(nll, len(losses), item.truncated, losses)
+                    if token_losses or entropies:
+                        for item, nll, losses, item_entropies in _score_batch_with_tokens(model, batch, pad_id,
+                                                                                          packing, entropies):
+                            results[item.index] = ContinuationScore(nll, len(losses), item.truncated,
+                                                                    losses if token_losses else None, item_entropies)
                     else:
                         for item, nll in _score_batch(model, batch, pad_id, packing):
                             results[item.index] = ContinuationScore(nll, len(item.targets), item.truncated)
@@ -300,6 +323,25 @@ class TransformersBackend(LikelihoodBackend):
                                stop_token_ids=stop_token_ids, batch_size=batch_size, progress=progress, desc=desc,
                                on_result=on_result)
 
+    def embed(
+        self,
+        sequences: Sequence[Sequence[int]],
+        *,
+        pooling: str = "mean",
+        max_length: int | None = None,
+        batch_size: int | None = None,
+        progress: bool | None = None,
+    ) -> Any:
+        """Pooled final hidden states, batched as scoring is
+        (:func:`~hf_adapters.backends.transformers_embedding.pooled_states`)."""
+        from .transformers_embedding import fit_sequences, pooled_states
+
+        fitted = fit_sequences(sequences, self.start_token_id, self.window(max_length))
+        pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.start_token_id
+        return pooled_states(self.model, fitted, pooling=pooling, pad_id=pad_id,
+                             batch_size=self.batch_size if batch_size is None else batch_size,
+                             max_batch_tokens=self.max_batch_tokens, max_padding=self.max_padding, progress=progress)
+
 
 def score_continuations(
     model: PreTrainedModel,
@@ -315,6 +357,7 @@ def score_continuations(
     desc: str = "Scoring",
     truncate: bool = True,
     token_losses: bool = False,
+    entropies: bool = False,
 ) -> list[ContinuationScore]:
     """Score each (context ids, continuation ids) pair with a loaded model; results come back in input order.
 
@@ -337,4 +380,4 @@ def score_continuations(
     backend = TransformersBackend(model, tokenizer, batch_size=batch_size, max_batch_tokens=max_batch_tokens,
                                   max_padding=max_padding, packing=packing)
     return backend.score(items, max_length=max_length, truncate=truncate, token_losses=token_losses,
-                         progress=progress, desc=desc)
+                         entropies=entropies, progress=progress, desc=desc)

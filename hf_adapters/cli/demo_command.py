@@ -1,7 +1,8 @@
 """``hf-adapters demo``: score the sample data shipped with the package and print what came out.
 
 One model load serves every score: perplexity and IFD of ~20 instruction records, Information
-Parity of a few parallel sentences, and IFEval checks of a few hand-written responses.
+Parity of a few parallel sentences, and IFEval checks of a few hand-written responses; a second
+model (by default the same one rounded to bfloat16) is the reference of an excess-loss example.
 """
 
 from __future__ import annotations
@@ -59,6 +60,31 @@ def _instruction_scores(rows: list[dict], backend, batch_size: int) -> list[dict
     return records
 
 
+def _excess_loss(rows: list[dict], backend, reference_model: str | None, args: argparse.Namespace) -> None:
+    from ..backends import TransformersBackend
+    from ..excess_loss import ExcessLossOptions, score_excess_loss
+    from ..texts import ppl_text
+    from ..token_selection import kept_tokens
+
+    if reference_model is None:
+        reference = TransformersBackend.from_pretrained(args.model, dtype="bfloat16", device=args.device)
+        described = f"{args.model} rounded to bfloat16 (pass --reference-model to name another)"
+    else:
+        reference = TransformersBackend.from_pretrained(reference_model, dtype=args.dtype, device=args.device)
+        described = reference_model
+    shown = [row for row in rows if row["output"]][:5]
+    texts = [ppl_text(row["instruction"], row["input"], row["output"]) for row in shown]
+    result = score_excess_loss(backend, reference, texts, ExcessLossOptions(return_token_losses=True),
+                               batch_size=args.batch_size)
+    kept = kept_tokens(result["token_excess_losses"], top=0.6)
+    print(f"\nExcess loss against a reference model ({described}): L_model - L_ref per token, mean per row, "
+          "and Rho-1's kept tokens (top 60% by excess loss):")
+    table = [[row["id"], row["instruction"][:38], loss, reference_loss, excess, f"{sum(keep)}/{len(keep)}"]
+             for row, loss, reference_loss, excess, keep in zip(
+                 shown, result["losses"], result["reference_losses"], result["excess_losses"], kept, strict=True)]
+    print(format_table(["id", "instruction", "loss", "ref. loss", "excess loss", "kept"], table))
+
+
 def _information_parity(backend, batch_size: int) -> None:
     from ..parallel_corpus import evaluate_parallel, parallel_sample_rows
 
@@ -98,6 +124,7 @@ def run(args: argparse.Namespace) -> int:
     model = backend.model
     print(f"Model: {args.model} ({type(model).__name__}, {model.num_parameters() / 1e6:.0f}M parameters)\n")
     records = _instruction_scores(rows, backend, args.batch_size)
+    _excess_loss(rows, backend, args.reference_model, args)
     _information_parity(backend, args.batch_size)
     _ifeval()
     output = Path(args.output)
@@ -109,10 +136,14 @@ def run(args: argparse.Namespace) -> int:
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "demo", help="Score the bundled sample data and print the results.",
-        description="Score the ~20 instruction rows shipped with the package (perplexity and IFD), a few parallel "
-        "sentences (Information Parity) and a few hand-written responses (IFEval), with one model load.",
+        description="Score the ~20 instruction rows shipped with the package (perplexity and IFD, and the excess loss "
+        "of a few against a reference model), a few parallel sentences (Information Parity) and a few hand-written "
+        "responses (IFEval).",
     )
-    add_model_arguments(parser)
+    add_model_arguments(parser, backend=False)
+    parser.add_argument("--reference-model", default=None,
+                        help="the reference model of the excess-loss example, sharing the model's tokenizer "
+                             "(default: the model rounded to bfloat16)")
     parser.add_argument("--output", default="out/demo_scores.jsonl",
                         help="where to write the per-row scores (JSONL; default: out/demo_scores.jsonl)")
     add_progress_argument(parser)

@@ -2,6 +2,8 @@
 
 from .base import SCORERS, ConfigError, ModelRowScorer, RowScorer, build_scorer, load_config, register_scorer
 from .conversation_scorers import ConversationIFDScorer, ConversationPerplexityScorer
+from .entropy_scorers import HESScorer, NormLossScorer, UPDScorer
+from .excess_loss_scorer import ConversationExcessLossScorer, ExcessLossScorer, TextExcessLossScorer
 from .ifd_scorer import IFDScorer
 from .ifeval_scorer import IFEvalScorer
 from .parity_scorer import InformationParityScorer
@@ -11,14 +13,20 @@ __all__ = [
     "SCORERS",
     "ConfigError",
     "ConversationIFDScorer",
+    "ConversationExcessLossScorer",
     "ConversationPerplexityScorer",
+    "ExcessLossScorer",
+    "HESScorer",
     "IFDScorer",
     "IFEvalScorer",
     "InformationParityScorer",
     "ModelRowScorer",
+    "NormLossScorer",
     "PPLScorer",
     "PerplexityScorer",
     "RowScorer",
+    "TextExcessLossScorer",
+    "UPDScorer",
     "build_scorer",
     "load_config",
     "register_scorer",

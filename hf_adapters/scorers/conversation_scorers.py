@@ -13,6 +13,7 @@ from ..conversations import ConversationError, check_messages
 from ..ifd import IFDOptions, labels_or_numbers, score_conversation_ifd
 from ..perplexity import PerplexityOptions, score_conversation_perplexity
 from .base import ModelRowScorer, register_scorer, row_name
+from .perplexity_scorers import add_entropy_output
 
 logger = logging.getLogger(__name__)
 
@@ -105,6 +106,10 @@ class ConversationPerplexityScorer(ConversationScorer):
     option_spec = PerplexityOptions
     outputs = ("perplexity",)
     result_keys = ("perplexities",)
+
+    def __init__(self, **config: Any):
+        super().__init__(**config)
+        add_entropy_output(self)
 
     def score_conversations(self, conversations: list[list[dict[str, str]]], labels: list[str]) -> dict[str, Any]:
         return score_conversation_perplexity(self.load(), conversations, self.spec, batch_size=self.run.batch_size,

@@ -11,6 +11,14 @@ from ..texts import ppl_text
 from .base import ModelRowScorer, register_scorer
 
 
+def add_entropy_output(scorer: ModelRowScorer) -> None:
+    """With the option ``return_entropy``, an ``entropy`` output after the perplexity: each row's mean
+    predictive entropy over its scored tokens (the result's ``entropies``)."""
+    if scorer.spec.return_entropy:
+        scorer.outputs = (*scorer.outputs[:1], "entropy", *scorer.outputs[1:])
+        scorer.result_keys = (*scorer.result_keys[:1], "entropies", *scorer.result_keys[1:])
+
+
 @register_scorer
 class PerplexityScorer(ModelRowScorer):
     """Perplexity of each text (lower: more predictable), as the ``perplexity`` metric computes it;
@@ -36,6 +44,10 @@ class PerplexityScorer(ModelRowScorer):
     result_keys = ("perplexities",)
     token_outputs = ("tokens", "token_losses")
     output_types = {"tokens": ["string"], "token_losses": ["float64"]}
+
+    def __init__(self, **config: Any):
+        super().__init__(**config)
+        add_entropy_output(self)
 
     def texts(self, texts: Mapping[str, Sequence[str]]) -> Sequence[str]:
         """The texts to score, from the texts of each role."""

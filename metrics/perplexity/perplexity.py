@@ -39,6 +39,8 @@ Args:
     max_length (int): right-truncate each text (start token included) to this many tokens.
         Defaults to the model's position limit. With `stride`: the most tokens the model reads per window.
     return_token_losses (bool): add, per text, its scored tokens (`tokens`) and their NLLs (`token_losses`).
+    return_entropy (bool): add, per text, the mean predictive entropy over its scored tokens (`entropies`,
+        in nats: -sum_v p(v | x_<i) ln p(v | x_<i) over the whole vocabulary, from the same forward pass).
     convention (str): "exact" (default) or "opendataarena": the tokens OpenDataArena-Tool's PPLScorer
         scores (the tokenizer's default special tokens, every token after the first; `add_start_token`
         is not used).
