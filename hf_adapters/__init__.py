@@ -20,6 +20,9 @@ if TYPE_CHECKING:
         add_score_columns,
     )
     from .conversations import to_messages
+    from .embeddings import add_embedding_column, embed_texts
+    from .excess_loss import compute_excess_loss
+    from .excess_loss_columns import add_excess_loss_column, add_rho1_labels_column
     from .ifd import IFDOptions, compute_ifd
     from .ifeval import compute_ifeval
     from .information_parity import InformationParityOptions, compute_information_parity
@@ -30,6 +33,7 @@ if TYPE_CHECKING:
     from .perplexity import PerplexityOptions, compute_perplexity
     from .scorers import build_scorer
     from .selection import select
+    from .token_selection import rho1_labels
 
 #: Each public name, and the module it comes from.
 _EXPORTS = {
@@ -58,10 +62,16 @@ _EXPORTS = {
     "add_information_parity_column": "columns",
     "add_ifeval_columns": "columns",
     "add_score_columns": "columns",
+    "add_embedding_column": "embeddings",
+    "embed_texts": "embeddings",
     "build_scorer": "scorers",
     "score_dataset": "jobs",
     "select": "selection",
     "to_messages": "conversations",
+    "compute_excess_loss": "excess_loss",
+    "add_excess_loss_column": "excess_loss_columns",
+    "add_rho1_labels_column": "excess_loss_columns",
+    "rho1_labels": "token_selection",
 }
 
 __all__ = sorted(_EXPORTS)

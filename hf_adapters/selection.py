@@ -6,7 +6,7 @@ import logging
 import math
 import numbers
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .conventions import SELECTION_CONVENTIONS
 from .options import check_choice
@@ -122,9 +122,19 @@ def select(
     highest: bool = True,
     order: str | None = None,
     convention: str = "exact",
+    diversity: str | None = None,
+    **diversity_options: Any,
 ) -> Dataset | DatasetDict | IterableDataset | IterableDatasetDict:
     """The rows of ``ds`` to keep by their ``column`` score (see :func:`selection_indices`); the log
     says how many rows each rule removed. A ``DatasetDict`` is selected split by split.
+
+    ``diversity="deita"``, ``"facility_location"`` or ``"semantic_dedup"`` also looks at each row's embedding (the
+    ``embedding_column``, default ``"embedding"``, or an ``embeddings`` array, memory-mapped if you
+    like): DEITA's rule keeps the best rows whose cosine similarity to every kept row is at most
+    ``similarity_threshold`` (0.9) until ``top_n`` (or ``budget``) rows are kept; facility location
+    picks the ``budget`` most representative rows of the top ones; ``"semantic_dedup"`` drops the
+    top rows that are near-duplicates of better ones (SemDeDup). See
+    :func:`hf_adapters.diversity.diverse_selection` for every option.
 
     A stream (an ``IterableDataset``) is filtered lazily by the cut-offs (``max_score``,
     ``min_score``, rows without a score) in input order; ``top`` and ``top_n`` rank the whole
@@ -143,12 +153,18 @@ def select(
     options = {"top": top, "top_n": top_n, "max_score": max_score, "min_score": min_score, "highest": highest,
                "order": order, "convention": convention}
     if isinstance(ds, (DatasetDict, IterableDatasetDict)):
-        return type(ds)({split: select(part, column, **options) for split, part in ds.items()})
+        return type(ds)({split: select(part, column, diversity=diversity, **options, **diversity_options)
+                         for split, part in ds.items()})
     if ds.column_names is not None and column not in ds.column_names:
         raise ValueError(f"Column {column!r} not found; available: {ds.column_names}")
-    if isinstance(ds, IterableDataset):
+    if diversity is not None or diversity_options:
+        from .diversity import select_diverse
+
+        indices, removed = select_diverse(ds, column, diversity, options, diversity_options)
+    elif isinstance(ds, IterableDataset):
         return _select_stream(ds, column, **options)
-    indices, removed = selection_indices(check_scores(ds[column], f"column {column!r}"), **options)
+    else:
+        indices, removed = selection_indices(check_scores(ds[column], f"column {column!r}"), **options)
     logger.info("Selected %d of %d rows (removed: %s).", len(indices), len(ds),
                 ", ".join(f"{count} {rule}" for rule, count in removed.items()))
     return ds.select(indices)

@@ -20,6 +20,7 @@ from typing import Any
 
 import gradio as gr
 import pandas as pd
+from space_diversity import diverse_select_scored
 from space_generation import DEFAULT_NEW_TOKENS, MAX_NEW_TOKENS, MAX_PROMPTS, chosen_rows, generate_rows, prompt_choices
 from space_inputs import (  # noqa: F401
     IFD,
@@ -215,6 +216,15 @@ def select_handler(scored_file, top_percent, below_one, scored_with=None):
 
 
 @readable_errors
+def diverse_select_handler(scored_file, top_percent, below_one, threshold, model_id, scored_with=None):
+    """DEITA's diverse selection of the scored file on the model's embeddings, and their 2-D picture."""
+    scored_with = scored_with or {}
+    column = "r_ifd" if scored_with.get("direction") == "r-IFD" else "ifd"
+    return diverse_select_scored(scored_file, top_percent, below_one, threshold, *_model(model_id, None)[1:],
+                                 column=column, convention=scored_with.get("convention", "exact"))
+
+
+@readable_errors
 def tokens_handler(text, upload, model_id, row):
     return token_losses(text, upload, row, *_model(model_id, None)[1:])
 
@@ -294,6 +304,18 @@ def _tab(task: Task, handler: Callable, model_box: gr.Textbox) -> None:
             selected = gr.File(label="Selected rows", elem_id="ifd-selected", interactive=False)
             pick.click(select_handler, inputs=[download, top, below_one, scored_with], outputs=selected,
                        api_name=False)
+            with gr.Row():
+                threshold = gr.Slider(0.5, 1.0, value=0.9, step=0.01, elem_id="ifd-threshold",
+                                      label="Diverse: skip a row whose cosine similarity to a kept row is above this "
+                                            "(DEITA: 0.9)")
+                pick_diverse = gr.Button("Select a diverse subset (DEITA)", elem_id="ifd-select-diverse")
+            with gr.Row():
+                diverse = gr.File(label="Diverse rows", elem_id="ifd-diverse", interactive=False, scale=1)
+                picture = gr.Plot(label="The rows' embeddings in 2-D, kept rows filled", elem_id="ifd-projection",
+                                  scale=2)
+            pick_diverse.click(diverse_select_handler,
+                               inputs=[download, top, below_one, threshold, model_box, scored_with],
+                               outputs=[diverse, picture], api_name=False)
         if task is PERPLEXITY:
             with gr.Row():
                 row = gr.Number(value=1, precision=0, minimum=1, label="Row whose tokens to show")

@@ -361,3 +361,21 @@ def test_an_ifeval_command_samples_file_opens_in_the_ifeval_tab(app, tiny_model_
     rescored = [json.loads(line) for line in open(path, encoding="utf-8")]
     assert [r["follow_instruction_list_loose"] for r in rescored] == [
         s["follow_instruction_list_loose"] for s in samples]
+
+
+def test_diverse_selection_keeps_deitas_rows_and_draws_them(app, tiny_model_dir):
+    from hf_adapters.diversity import diverse_selection
+    from hf_adapters.embeddings import embed_texts
+    from hf_adapters.models import load_model
+
+    rows = [{"instruction": f"Question {i}?", "input": "", "output": f"Answer {i}.", "ifd": score}
+            for i, score in enumerate([0.9, 0.8, 0.7, 0.6])]
+    path = app.write_scored(rows, "jsonl", "ifd")
+    selected, figure = app.diverse_select_handler(path, 50, True, 0.5, tiny_model_dir, None)
+    vectors = embed_texts([f"Question {i}?\nAnswer {i}." for i in range(4)], pooling="last",
+                          model_id=tiny_model_dir)
+    expected, _ = diverse_selection([0.9, 0.8, 0.7, 0.6], vectors, "deita", top=0.5, similarity_threshold=0.5,
+                                    max_score=1.0)
+    assert [json.loads(line)["instruction"] for line in open(selected, encoding="utf-8")] == [
+        rows[i]["instruction"] for i in expected]
+    assert len(figure.axes[0].collections) == 2 and load_model(tiny_model_dir)

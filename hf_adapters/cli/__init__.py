@@ -13,6 +13,7 @@ from ..plugins import PluginError
 from . import (
     compare_command,
     demo_command,
+    embed_command,
     ifeval_command,
     parity_command,
     perplexity_command,
@@ -22,8 +23,8 @@ from . import (
 )
 from .arguments import import_plugins, progress_settings_kept
 
-SUBCOMMANDS = [compare_command, demo_command, ifeval_command, parity_command, perplexity_command, score_command,
-               select_command, summary_command]
+SUBCOMMANDS = [compare_command, demo_command, embed_command, ifeval_command, parity_command, perplexity_command,
+               score_command, select_command, summary_command]
 
 
 def build_parser() -> argparse.ArgumentParser:

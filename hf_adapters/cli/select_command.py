@@ -45,6 +45,20 @@ def write_selected(dataset, indices: list[int], column: str, scores: list[float]
             handle.write(json.dumps(json_safe(row), ensure_ascii=False, default=to_json_value) + "\n")
 
 
+def diverse_rows(args: argparse.Namespace, scores: list[float], options: dict) -> tuple[list[int], dict[str, int]]:
+    """The rows ``--diversity`` keeps, on the embeddings of ``--embeddings`` (memory-mapped)."""
+    import numpy as np
+
+    from ..diversity import diverse_selection
+
+    if not args.embeddings:
+        raise ValueError("--diversity needs --embeddings: the .npy file `hf-adapters embed` wrote for the data.")
+    embeddings = np.load(args.embeddings, mmap_mode="r")
+    return diverse_selection(scores, embeddings, args.diversity, budget=args.budget,
+                             similarity_threshold=args.similarity_threshold, similarity=args.similarity,
+                             neighbors=args.neighbors, clusters=args.clusters, **options)
+
+
 def run(args: argparse.Namespace) -> int:
     hide_library_progress()  # reading the rows is quick: its bars would only come before the answer
     try:
@@ -53,9 +67,12 @@ def run(args: argparse.Namespace) -> int:
         if args.column in dataset.column_names:
             raise ValueError(f"--column {args.column!r} is a column of the data; give the score another name.")
         scores = joined_scores(dataset["id"], read_records(args.scores))
-        indices, removed = selection_indices(scores, top=args.top, top_n=args.top_n, max_score=args.max_score,
-                                             min_score=args.min_score, highest=not args.lowest, order=args.order,
-                                             convention=args.convention)
+        options = {"top": args.top, "top_n": args.top_n, "max_score": args.max_score, "min_score": args.min_score,
+                   "highest": not args.lowest, "order": args.order, "convention": args.convention}
+        if args.diversity:
+            indices, removed = diverse_rows(args, scores, options)
+        else:
+            indices, removed = selection_indices(scores, **options)
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -92,4 +109,20 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--convention", choices=list(SELECTION_CONVENTIONS), default="exact",
                         help=f"{describe(SELECTION_CONVENTIONS)} (default: exact)".replace("%", "%%"))
     parser.add_argument("--column", default="score", help="name of the score field in the output (default: score)")
+    diversity = parser.add_argument_group("diversity", "keep rows unlike each other, by their embeddings")
+    diversity.add_argument("--diversity", choices=["deita", "facility_location", "semantic_dedup"],
+                           help="deita: best first, skipping rows too similar to a kept one, until --top-n (or "
+                           "--budget) rows; facility_location: the --budget most representative of the top rows; "
+                           "semantic_dedup: the top rows less the near-duplicates of better ones (SemDeDup)")
+    diversity.add_argument("--embeddings", help="the .npy file `hf-adapters embed` wrote for --data")
+    diversity.add_argument("--budget", type=int, help="rows the diversity rule keeps")
+    diversity.add_argument("--similarity-threshold", type=float,
+                           help="deita, semantic_dedup: the largest cosine similarity to a better row (default: 0.9)")
+    diversity.add_argument("--similarity", choices=["cosine", "euclidean"],
+                           help="facility_location: cosine, or submodlib's Euclidean kernel (default: cosine; "
+                           "euclidean under --convention superfiltering)")
+    diversity.add_argument("--neighbors", type=int,
+                           help="facility_location: each row is represented by its k most similar rows only (sparse)")
+    diversity.add_argument("--clusters", type=int,
+                           help="semantic_dedup: k-means clusters, each deduplicated on its own (default: 1)")
     parser.set_defaults(run=run)
