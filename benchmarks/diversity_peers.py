@@ -121,12 +121,21 @@ def tied_steps(similarities: np.ndarray, picks: list[int], tolerance: float = 1e
     return ties
 
 
+def facility_location_value(similarities: np.ndarray, picks: list[int]) -> float:
+    """The facility-location value of a selection: each row's largest similarity to a pick (at least 0), summed."""
+    return float(np.maximum(similarities[:, picks], 0).max(axis=1).sum()) if picks else 0.0
+
+
 def greedy_note(similarities: np.ndarray, sequences: list[list[int]]) -> str:
-    """Whether our picks and the peer's are each a largest-gain row at every step, and at how many
-    steps several rows had that gain (where the peers' choice follows their float rounding)."""
+    """Whether our picks and the peer's are each a largest-gain row at every step, at how many steps
+    several rows had that gain (where the peers' choice follows their float rounding), and how far
+    apart the two selections' facility-location values are."""
     ours, theirs = (tied_steps(similarities, picks) for picks in sequences)
     described = ["not greedy" if ties is None else f"{ties} tied steps" for ties in (ours, theirs)]
-    return f"every pick a largest gain: ours {described[0]}, peer's {described[1]}"
+    values = [facility_location_value(similarities, picks) for picks in sequences]
+    gap = abs(values[0] - values[1]) / max(abs(values[1]), 1e-300)
+    return (f"every pick a largest gain: ours {described[0]}, peer's {described[1]}; values {values[0]:.6f} "
+            f"and {values[1]:.6f} (relative difference {gap:.1e})")
 
 
 def euclidean_kernel(embeddings: np.ndarray) -> np.ndarray:
