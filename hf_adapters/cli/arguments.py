@@ -37,9 +37,10 @@ def non_negative_float(text: str) -> float:
     return value
 
 
-def add_model_arguments(parser: argparse.ArgumentParser, *, overrides: bool = False, device: bool = True) -> None:
-    """``--model``, ``--dtype``, ``--batch-size`` (and ``--device``), and ``--plugin``; with ``overrides``
-    they default to the config's values and say so."""
+def add_model_arguments(parser: argparse.ArgumentParser, *, overrides: bool = False, device: bool = True,
+                        backend: bool = True) -> None:
+    """``--model``, ``--dtype``, ``--batch-size`` (and ``--device``, ``--backend``), and ``--plugin``; with
+    ``overrides`` they default to the config's values and say so."""
     of_config = " (overrides the config)" if overrides else ""
     parser.add_argument("--model", default=None if overrides else DEFAULT_MODEL_ID,
                         help=f"model id, local folder or .gguf file{of_config}"
@@ -52,6 +53,10 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, overrides: bool = Fa
                         + (of_config or f" (default: {DEFAULT_BATCH_SIZE})"))
     if device:
         parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: accelerate's device)")
+    if backend:
+        parser.add_argument("--backend", default=None, metavar="NAME",
+                            help="what runs the model: transformers (the default), vllm (where vLLM is installed) "
+                            f"or a plugin's backend{of_config}")
     add_plugin_argument(parser)
 
 

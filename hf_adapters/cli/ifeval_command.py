@@ -39,13 +39,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--dtype", choices=DTYPES, default=None,
                         help="float32 (exact; the CPU default), bfloat16 (approximate; the GPU default) or float16")
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: accelerate's device)")
+    parser.add_argument("--backend", default=None, metavar="NAME",
+                        help="what generates: transformers (the default) or vllm (where vLLM is installed; its "
+                        "greedy responses are vLLM's, not checked against decoding each prompt alone)")
     parser.add_argument("--overwrite", action="store_true", help="discard another run's samples in DIR")
     add_progress_argument(parser)
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..backends import TransformersBackend
+    from ..backends import backend_class
     from ..ifeval.end_to_end import results_table, run_ifeval, run_manifest, run_settings
     from ..ifeval.prompts import prompts_source, read_prompts
     from ..ifeval.registry import IFEvalInputError
@@ -58,10 +61,11 @@ def run(args: argparse.Namespace) -> int:
         rows = read_prompts(args.data)[: args.limit]
         data = prompts_source(args.data)
         settings = run_settings(args.max_new_tokens, args.strip_thinking)
-        identity = TransformersBackend.identify(args.model, dtype=args.dtype, device=args.device)
+        backend_type = backend_class(args.backend or "transformers")
+        identity = backend_type.identify(args.model, dtype=args.dtype, device=args.device)
         # Refuse another run's folder before spending time on loading the model.
         check_folder(args.output, run_manifest(identity, settings, data), args.overwrite)
-        backend = TransformersBackend.from_pretrained(args.model, dtype=args.dtype, device=args.device)
+        backend = backend_type.from_pretrained(args.model, dtype=args.dtype, device=args.device)
         results = run_ifeval(backend, rows, args.output, max_new_tokens=args.max_new_tokens,
                              batch_size=args.batch_size, strip=args.strip_thinking, data=data,
                              overwrite=args.overwrite, progress=args.progress)

