@@ -72,6 +72,12 @@ bench: install
 	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE-1} $(PY) -m benchmarks.ifeval_generation --limit 32 --max-new-tokens 256 \
 		--lm-eval-batch-size 16 --output benchmarks/IFEVAL_GENERATION.md
 	$(PY) -m benchmarks.diversity_scale --output benchmarks/DIVERSITY_SCALE.md
+	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE-1} $(PY) -m benchmarks.contention --data ../shared/data/alpaca_cherry_5pct.json \
+		--output benchmarks/CONTENTION.md
+	$(MAKE) vllm
+	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE-1} OMP_WAIT_POLICY=$${OMP_WAIT_POLICY-PASSIVE} $(VLLM_PY) -m benchmarks.vllm_backend \
+		--data ../shared/data/alpaca_cherry_5pct.json --conversation-data ../shared/data/mtbench_gpt4_reference.jsonl \
+		--output benchmarks/VLLM.md
 
 # Our IFD and perplexity conventions against the peers' own scripts. PEERS holds checkouts of
 # Cherry_LLM, Superfiltering and OpenDataArena-Tool (how to get them: benchmarks/peers.py); they are

@@ -2,8 +2,12 @@
 
 Run in vLLM's environment (``make vllm``), from the repository root::
 
-    .venv-vllm/bin/python -m benchmarks.vllm_backend --data ../shared/data/alpaca_cherry_5pct.json \\
+    OMP_WAIT_POLICY=PASSIVE .venv-vllm/bin/python -m benchmarks.vllm_backend \\
+        --data ../shared/data/alpaca_cherry_5pct.json \\
         --conversation-data ../shared/data/mtbench_gpt4_reference.jsonl --output benchmarks/VLLM.md
+
+(``make bench`` runs it so). ``OMP_WAIT_POLICY=PASSIVE`` is what ``hf-adapters`` sets for itself
+(:mod:`hf_adapters.openmp`); this script imports torch directly, so the command line sets it.
 
 Each row times our transformers backend and the vLLM backend on the default model in float32, each
 after a warm-up on two rows, and gives each one's largest relative difference from the float64

@@ -24,12 +24,13 @@ WORKER_RESTARTS = 2
 
 
 def worker_environment() -> dict[str, str]:
-    """This process's settings that change scores, for the workers: ``HF_ADAPTERS_CPU_LINEAR`` where
-    it is set (Ray starts workers with the environment of the node's ``ray start``, not this one's)."""
+    """This process's settings for the workers, where they are set (Ray starts workers with the
+    environment of the node's ``ray start``, not this one's): ``HF_ADAPTERS_CPU_LINEAR``, which changes
+    scores, and OpenMP's wait policy (:mod:`hf_adapters.openmp`), which keeps workers that share cores fast."""
     from .cpu_kernels import CPU_LINEAR_ENV
+    from .openmp import WAIT_POLICY_ENV
 
-    value = os.environ.get(CPU_LINEAR_ENV)
-    return {CPU_LINEAR_ENV: value} if value else {}
+    return {name: os.environ[name] for name in (CPU_LINEAR_ENV, WAIT_POLICY_ENV) if os.environ.get(name)}
 
 
 def worker_threads(gpus_per_worker: float) -> int | None:

@@ -9,6 +9,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from ..openmp import wait_passively
 from ..plugins import PluginError
 from . import (
     compare_command,
@@ -38,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    wait_passively()  # before any command imports torch
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     args = build_parser().parse_args(argv)
     try:
