@@ -1,10 +1,11 @@
-"""UPD, HES and NormLoss against OpenDataArena's own scorers, run unmodified.
+"""UPD, HES, NormLoss and MIWV against OpenDataArena's own scorers, run unmodified.
 
-Runs ``UPDScorer``, ``HESScorer`` and ``NormLossScorer`` of ODA-DataScorer (``model_based/scorers/``)
+Runs ``UPDScorer``, ``HESScorer``, ``NormLossScorer`` and ``MIWVScorer`` of ODA-DataScorer (``model_based/scorers/``)
 from a checkout the caller points at (never part of this repository), with the settings of their
 published configs (``model_based/configs/*.yaml``), on the same rows and the same loaded model as
-hf_adapters' scorers of the same names, and reports the largest relative difference, the Spearman
-correlation and both wall times.
+hf_adapters' scorers of the same names (MIWV: :func:`hf_adapters.miwv.compute_miwv`, both on the
+model's mean-pooled embeddings of the rows, saved as the ``.npy`` file the peer reads), and reports
+the largest relative difference, the Spearman correlation and both wall times.
 
     git clone https://github.com/OpenDataArena/ODA-DataScorer ../peers/ODA-DataScorer
     python -m benchmarks.entropy_peers --peers ../peers --data ../shared/data/alpaca_cherry_5pct.json \
@@ -28,20 +29,25 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from benchmarks.common import instruction_records, machine_description, relative_differences, spearman, timed
 from benchmarks.peers import preloaded
+from hf_adapters.embeddings import embed_texts
+from hf_adapters.miwv import compute_miwv
 from hf_adapters.models import load_model
 from hf_adapters.scorers import HESScorer, NormLossScorer, UPDScorer
+from hf_adapters.texts import ppl_text
 
 #: The settings of ODA-DataScorer's published configs (``model_based/configs/``), beside ``model``.
 PEER_CONFIGS = {
     "UPDScorer": {"max_length": 2048, "batch_size": 4},
     "HESScorer": {"percentile_cutoff": 0.005, "batch_size": 1, "max_model_len": 4096},
     "NormLossScorer": {"max_length": 2048, "batch_size": 8},
+    "MIWVScorer": {"max_length": 8192, "batch_size": 8, "distance_metric": "cosine"},
 }
-OURS = {"UPDScorer": UPDScorer, "HESScorer": HESScorer, "NormLossScorer": NormLossScorer}
+ROW_SCORERS = {"UPDScorer": UPDScorer, "HESScorer": HESScorer, "NormLossScorer": NormLossScorer}
 
 
 def peer_scorer(root: Path, name: str):
@@ -64,8 +70,6 @@ def epsilon_hes(model, tokenizer, record: dict, cutoff: float = 0.005, max_lengt
     """HES with the peer's arithmetic, one row at a time: at each answer token, -sum_v p_v log2(p_v + 1e-9)
     from float32 probabilities, then the sum at or above the (1 - cutoff) percentile. It tells how much of
     the difference from our exact entropies the epsilon makes."""
-    import numpy as np
-
     prompt = record["instruction"] + ("\n" + record["input"] if record["input"] else "")
     ids = tokenizer(prompt + record["output"]).input_ids[:max_length]
     start = max(len(tokenizer(prompt, add_special_tokens=False).input_ids), 1)
@@ -74,15 +78,26 @@ def epsilon_hes(model, tokenizer, record: dict, cutoff: float = 0.005, max_lengt
     return float(np.sum(bits[bits >= np.percentile(bits, (1 - cutoff) * 100)], dtype=np.float64))
 
 
-def compare(root: Path, name: str, records: Sequence[dict], jsonl_path: Path, model, tokenizer) -> dict:
-    config = {"name": name, "model": "preloaded", **PEER_CONFIGS[name]}
+def our_scores(name: str, config: dict, records: Sequence[dict], model, tokenizer) -> list[float]:
+    """Our scores of the rows under the peer's ``config``."""
+    if name == "MIWVScorer":
+        columns = {key: [record[key] for record in records] for key in ("instruction", "output", "input")}
+        return compute_miwv(columns["instruction"], columns["output"], columns["input"],
+                            embeddings=np.load(config["embedding_path"]), model=model, tokenizer=tokenizer,
+                            max_length=config["max_length"], batch_size=config["batch_size"])["miwv_scores"]
+    options = {key: value for key, value in config.items() if key in ("max_length", "percentile_cutoff")}
+    return ROW_SCORERS[name](model=model, tokenizer=tokenizer, **options).score_rows(records)
+
+
+def compare(root: Path, name: str, records: Sequence[dict], folder: Path, model, tokenizer) -> dict:
+    # MIWV checks that its model path exists (the loaded model is returned for it) and reads embeddings from a file.
+    config = {"name": name, "model": str(folder), "embedding_path": str(folder / "embeddings.npy"),
+              **PEER_CONFIGS[name]}
     with preloaded(model, tokenizer):
         scorer = peer_scorer(root, name)(dict(config))
-        results, peer_seconds = timed(lambda: scorer.evaluate(str(jsonl_path)))
+        results, peer_seconds = timed(lambda: scorer.evaluate(str(folder / "rows.jsonl")))
     reference = [float(row["score"]) for row in results]
-    ours = OURS[name](model=model, tokenizer=tokenizer,
-                      **{key: value for key, value in config.items() if key in ("max_length", "percentile_cutoff")})
-    scores, our_seconds = timed(lambda: ours.score_rows(records))
+    scores, our_seconds = timed(lambda: our_scores(name, config, records, model, tokenizer))
     # The peers write 0 where no token is scored; ours is NaN there.
     row = {"name": name, "scores": scores, "reference": [r if not math.isnan(s) else math.nan
                                                          for s, r in zip(scores, reference, strict=True)],
@@ -94,7 +109,7 @@ def compare(root: Path, name: str, records: Sequence[dict], jsonl_path: Path, mo
 
 def report(rows: Sequence[dict], count: int, source: str) -> str:
     lines = [
-        f"# UPD, HES and NormLoss against ODA-DataScorer's own scorers ({datetime.now(timezone.utc):%Y-%m-%d})",
+        f"# UPD, HES, NormLoss and MIWV against ODA-DataScorer's own scorers ({datetime.now(timezone.utc):%Y-%m-%d})",
         "",
         f"Machine: {machine_description(torch.device('cpu'))}. Model: SmolLM2-135M-Instruct, float32, the same "
         f"loaded model on both sides. Rows: the first {count} of {source}. Written by "
@@ -134,10 +149,14 @@ def main(argv: Sequence[str] | None = None) -> str:
     model, tokenizer = load_model()
     model.eval()
     UPDScorer(model=model, tokenizer=tokenizer).score_rows(records[:1])  # the core picks its kernels once
-    with tempfile.TemporaryDirectory() as folder:
-        jsonl_path = Path(folder) / "rows.jsonl"
-        jsonl_path.write_text("".join(json.dumps({"id": str(i), **r}) + "\n" for i, r in enumerate(records)))
-        rows = [compare(args.peers / "ODA-DataScorer", name, records, jsonl_path, model, tokenizer)
+    texts = [ppl_text(record["instruction"], record["input"], record["output"]) for record in records]
+    embeddings = embed_texts(texts, model=model, tokenizer=tokenizer, pooling="mean", progress=False)
+    with tempfile.TemporaryDirectory() as name:
+        folder = Path(name)
+        (folder / "rows.jsonl").write_text("".join(json.dumps({"id": str(i), **r}) + "\n"
+                                                   for i, r in enumerate(records)))
+        np.save(folder / "embeddings.npy", embeddings)
+        rows = [compare(args.peers / "ODA-DataScorer", name, records, folder, model, tokenizer)
                 for name in PEER_CONFIGS]
     text = report(rows, len(records), source)
     if args.output:

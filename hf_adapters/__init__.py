@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from .information_parity import InformationParityOptions, compute_information_parity
     from .jobs import score_dataset
     from .likelihood import ContinuationScore, start_token_id
+    from .miwv import add_miwv_column, compute_miwv
     from .models import DEFAULT_MODEL_ID, ModelLoadError, clear_model_cache, load_model, model_identity
     from .parallel_corpus import evaluate_parallel
     from .perplexity import PerplexityOptions, compute_perplexity
@@ -72,6 +73,8 @@ _EXPORTS = {
     "add_excess_loss_column": "excess_loss_columns",
     "add_rho1_labels_column": "excess_loss_columns",
     "rho1_labels": "token_selection",
+    "compute_miwv": "miwv",
+    "add_miwv_column": "miwv",
 }
 
 __all__ = sorted(_EXPORTS)
