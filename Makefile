@@ -77,7 +77,7 @@ bench: install
 	$(MAKE) vllm
 	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE-1} OMP_WAIT_POLICY=$${OMP_WAIT_POLICY-PASSIVE} $(VLLM_PY) -m benchmarks.vllm_backend \
 		--data ../shared/data/alpaca_cherry_5pct.json --conversation-data ../shared/data/mtbench_gpt4_reference.jsonl \
-		--output benchmarks/VLLM.md
+		--limit 64 --conversations 8 --output benchmarks/VLLM.md
 
 # Our IFD and perplexity conventions against the peers' own scripts. PEERS holds checkouts of
 # Cherry_LLM, Superfiltering and OpenDataArena-Tool (how to get them: benchmarks/peers.py); they are

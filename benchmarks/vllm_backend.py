@@ -4,7 +4,8 @@ Run in vLLM's environment (``make vllm``), from the repository root::
 
     OMP_WAIT_POLICY=PASSIVE .venv-vllm/bin/python -m benchmarks.vllm_backend \\
         --data ../shared/data/alpaca_cherry_5pct.json \\
-        --conversation-data ../shared/data/mtbench_gpt4_reference.jsonl --output benchmarks/VLLM.md
+        --conversation-data ../shared/data/mtbench_gpt4_reference.jsonl --limit 64 --conversations 8 \\
+        --output benchmarks/VLLM.md
 
 (``make bench`` runs it so). ``OMP_WAIT_POLICY=PASSIVE`` is what ``hf-adapters`` sets for itself
 (:mod:`hf_adapters.openmp`); this script imports torch directly, so the command line sets it.
