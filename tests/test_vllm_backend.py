@@ -36,6 +36,7 @@ from tests.conftest import assert_exact, float64_copy, write_jsonl  # noqa: E402
 from tests.test_backends import TEXTS, naive_perplexities  # noqa: E402
 from tests.test_conversations import CONVERSATIONS, naive_conversation_ifd  # noqa: E402
 from tests.test_ifd import INPUTS, INSTRUCTIONS, OUTPUTS  # noqa: E402
+from tests.test_ray import ray_cluster  # noqa: E402, F401  (fixture)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -140,14 +141,24 @@ def _score_file(tmp_path, model_dir, name, *options):
     return [json.loads(line) for line in output.read_text().splitlines()]
 
 
-def test_score_with_backend_vllm_writes_the_default_engines_file_within_the_bound(engine, model_dir, tmp_path):
-    default = _score_file(tmp_path, model_dir, "transformers.jsonl")
-    on_vllm = _score_file(tmp_path, model_dir, "vllm.jsonl", "--backend", "vllm")
-    assert [row["id"] for row in on_vllm] == [row["id"] for row in default]
-    for mine, theirs in zip(on_vllm, default, strict=True):
+def assert_same_scores_within_the_bound(lines: list[dict], default: list[dict]) -> None:
+    assert [row["id"] for row in lines] == [row["id"] for row in default]
+    for mine, theirs in zip(lines, default, strict=True):
         assert (mine["score"] is None) == (theirs["score"] is None)
         if theirs["score"] is not None:
             assert mine["score"] == pytest.approx(theirs["score"], rel=4e-5)
+
+
+def test_score_with_backend_vllm_writes_the_default_engines_file_within_the_bound(engine, model_dir, tmp_path):
+    default = _score_file(tmp_path, model_dir, "transformers.jsonl")
+    assert_same_scores_within_the_bound(_score_file(tmp_path, model_dir, "vllm.jsonl", "--backend", "vllm"), default)
+
+
+@pytest.mark.usefixtures("ray_cluster")
+def test_the_ray_engine_with_backend_vllm_writes_the_default_engines_file(engine, model_dir, tmp_path):
+    default = _score_file(tmp_path, model_dir, "transformers.jsonl")
+    on_ray = _score_file(tmp_path, model_dir, "ray.jsonl", "--backend", "vllm", "--engine", "ray", "--num-workers", "1")
+    assert_same_scores_within_the_bound(on_ray, default)
 
 
 def _ifeval(output: Path, *options: str) -> subprocess.Popen:
