@@ -4,9 +4,9 @@ Torch's CPU kernels run each operation on a team of OpenMP threads, and by defau
 finishes its share spins at the barrier before it sleeps. On a loaded machine (a shared server, CI,
 Ray workers beside each other) the thread it waits for is often descheduled, and the spinning one
 burns the time slice that thread needed: measured on 2 cores with 4 busy processes beside it,
-scoring took 8.5 times as long as on the quiet machine with spinning and 3.5 times with passive
-waiting, against a fair share of 3. On the quiet machine the two took the same time (README,
-"Performance"). libgomp reads the policy when it is loaded, so it is set before torch is imported,
+scoring took 6.5 times as long as on the quiet machine with spinning and 3.2 times with passive
+waiting, against a fair share of 3; on the quiet machine the two took the same time
+(``benchmarks/contention.py``, README "Performance"). libgomp reads the policy when it is loaded, so it is set before torch is imported,
 and only where the user has not set it.
 """
 
