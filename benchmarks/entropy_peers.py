@@ -32,7 +32,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from benchmarks.common import instruction_records, machine_description, relative_differences, spearman, timed
+from benchmarks.common import (
+    instruction_records,
+    machine_description,
+    publish,
+    relative_differences,
+    spearman,
+    timed,
+)
 from benchmarks.peers import preloaded
 from hf_adapters.embeddings import embed_texts
 from hf_adapters.miwv import compute_miwv
@@ -164,9 +171,7 @@ def main(argv: Sequence[str] | None = None) -> str:
         rows = [compare(args.peers / "ODA-DataScorer", name, records, folder, model, tokenizer)
                 for name in PEER_CONFIGS]
     text = report(rows, len(records), source)
-    if args.output:
-        Path(args.output).write_text(text)
-    print(text)
+    publish(text, args.output)
     return text
 
 
