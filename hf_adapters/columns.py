@@ -215,6 +215,20 @@ def scorer_for(cls: type[ModelRowScorer], caller: str, options: Mapping[str, Any
     return cls.from_options({**run, **metric}, caller=caller, **config), map_kwargs
 
 
+def row_scorer(classes: tuple[type[ModelRowScorer], type[ModelRowScorer], type[ModelRowScorer]], *,
+               text_column: str | None, messages_column: str | None, instruction_column: str,
+               input_column: str | None, output_column: str) -> tuple[type[ModelRowScorer], dict[str, Any]]:
+    """Which of ``classes`` (conversations, texts, instruction rows) scores the rows, and the columns it
+    reads: ``messages_column`` if given, else ``text_column``, else the instruction, input and output."""
+    conversations, texts, instruction_rows = classes
+    if messages_column is not None:
+        return conversations, {"messages_column": messages_column}
+    if text_column is not None:
+        return texts, {"text_column": text_column}
+    return instruction_rows, {"instruction_column": instruction_column, "input_column": input_column,
+                              "output_column": output_column}
+
+
 @takes_options(BackendOptions, PerplexityOptions)
 def add_perplexity_column(
     ds: AnyDataset,
@@ -247,14 +261,9 @@ def add_perplexity_column(
         >>> add_perplexity_column(ds, text_column="text").column_names
         ['text', 'perplexity']
     """
-    if messages_column is not None:
-        columns, cls = {"messages_column": messages_column}, ConversationPerplexityScorer
-    elif text_column is not None:
-        columns, cls = {"text_column": text_column}, PerplexityScorer
-    else:
-        columns = {"instruction_column": instruction_column, "input_column": input_column,
-                   "output_column": output_column}
-        cls = PPLScorer
+    cls, columns = row_scorer((ConversationPerplexityScorer, PerplexityScorer, PPLScorer), text_column=text_column,
+                              messages_column=messages_column, instruction_column=instruction_column,
+                              input_column=input_column, output_column=output_column)
     scorer, map_kwargs = scorer_for(cls, "add_perplexity_column", options, **columns)
     return add_score_columns(ds, scorer, names={"perplexity": column}, desc="Perplexity", **map_kwargs)
 

@@ -8,7 +8,7 @@ from typing import Any
 from datasets import Dataset
 
 from .backends import BackendOptions
-from .columns import AnyDataset, add_score_columns, scorer_for
+from .columns import AnyDataset, add_score_columns, row_scorer, scorer_for
 from .excess_loss import ExcessLossSpec
 from .likelihood import start_token_id
 from .options import takes_options
@@ -47,14 +47,10 @@ def add_excess_loss_column(
         ...                        ).column_names
         ['text', 'excess_loss', 'excess_loss_sum', 'loss', 'reference_loss']
     """
-    if messages_column is not None:
-        columns, cls = {"messages_column": messages_column}, ConversationExcessLossScorer
-    elif text_column is not None:
-        columns, cls = {"text_column": text_column}, TextExcessLossScorer
-    else:
-        columns = {"instruction_column": instruction_column, "input_column": input_column,
-                   "output_column": output_column}
-        cls = ExcessLossScorer
+    cls, columns = row_scorer((ConversationExcessLossScorer, TextExcessLossScorer, ExcessLossScorer),
+                              text_column=text_column, messages_column=messages_column,
+                              instruction_column=instruction_column, input_column=input_column,
+                              output_column=output_column)
     scorer, map_kwargs = scorer_for(cls, "add_excess_loss_column", options, **columns)
     return add_score_columns(ds, scorer, names={"excess_loss": column}, desc="Excess loss", **map_kwargs)
 
