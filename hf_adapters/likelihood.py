@@ -43,6 +43,8 @@ class ContinuationScore:
         token_nlls: the NLL of each scored token, when they were asked for.
         token_entropies: the entropy of the model's prediction at each scored token,
             ``-sum_v p(v | x_<i) ln p(v | x_<i)`` over the whole vocabulary in nats, when asked for.
+        greedy: whether every scored token is the model's most likely next token (lm-evaluation-harness's
+            ``is_greedy``), when asked for; True when no token was scored.
     """
 
     nll: float
@@ -50,6 +52,7 @@ class ContinuationScore:
     truncated: bool
     token_nlls: tuple[float, ...] | None = None
     token_entropies: tuple[float, ...] | None = None
+    greedy: bool | None = None
 
     @property
     def mean_nll(self) -> float:
@@ -73,17 +76,18 @@ class ContinuationScore:
 def combined(scores: Sequence[ContinuationScore]) -> ContinuationScore:
     """Several continuations scored as one (a document's windows, a conversation's turns): the NLLs
     and token counts of those with a scored token added, their token NLLs (if all have them) in
-    order (their token entropies likewise); NaN when none has a scored token."""
+    order (their token entropies likewise), greedy if all are (when all say); NaN when none has a scored token."""
     valid = [score for score in scores if score.num_tokens]
     with_tokens = all(score.token_nlls is not None for score in scores)
     token_nlls = tuple(nll for score in valid for nll in score.token_nlls) if with_tokens else None
     with_entropies = all(score.token_entropies is not None for score in scores)
     entropies = tuple(h for score in valid for h in score.token_entropies) if with_entropies else None
     truncated = any(score.truncated for score in scores)
+    greedy = all(score.greedy for score in scores) if all(score.greedy is not None for score in scores) else None
     if not valid:
-        return ContinuationScore(math.nan, 0, truncated, token_nlls, entropies)
+        return ContinuationScore(math.nan, 0, truncated, token_nlls, entropies, greedy)
     return ContinuationScore(sum(score.nll for score in valid), sum(score.num_tokens for score in valid),
-                             truncated, token_nlls, entropies)
+                             truncated, token_nlls, entropies, greedy)
 
 
 @dataclass(frozen=True)
@@ -114,10 +118,11 @@ class PreparedItem:
         """The items this sequence's forward pass scores: itself, then its guests."""
         return (self, *self.guests)
 
-    def unscored(self, token_losses: bool = False, entropies: bool = False) -> ContinuationScore:
+    def unscored(self, token_losses: bool = False, entropies: bool = False, greedy: bool = False
+                 ) -> ContinuationScore:
         """The score of an item with no token to score: NaN."""
         return ContinuationScore(math.nan, 0, self.truncated, () if token_losses else None,
-                                 () if entropies else None)
+                                 () if entropies else None, True if greedy else None)
 
 
 def start_token_id(tokenizer: PreTrainedTokenizerBase) -> int:

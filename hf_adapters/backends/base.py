@@ -51,6 +51,9 @@ class LikelihoodBackend(ABC):
     #: Whether :meth:`score` computes predictive entropies (``entropies=True``); a backend that does
     #: not is refused that option by :meth:`score_checked`, with an error naming it.
     computes_entropies: ClassVar[bool] = False
+    #: Whether :meth:`score` says if each continuation is the model's greedy one (``greedy=True``),
+    #: likewise refused where it does not.
+    computes_greedy: ClassVar[bool] = False
     tokenizer: PreTrainedTokenizerBase
 
     @property
@@ -84,6 +87,7 @@ class LikelihoodBackend(ABC):
         batch_size: int | None = None,
         token_losses: bool = False,
         entropies: bool = False,
+        greedy: bool = False,
         progress: bool | None = None,
         desc: str = "Scoring",
     ) -> list[ContinuationScore]:
@@ -93,7 +97,8 @@ class LikelihoodBackend(ABC):
         the start token; with ``truncate`` a sequence is cut to ``max_length`` (capped at the
         position limit) keeping the context; with ``truncate=False`` nothing is cut. An item with
         nothing to score gets NaN. ``token_losses`` fills each score's ``token_nlls``; ``entropies``
-        (only where ``computes_entropies`` says so) its ``token_entropies``, from the same forward pass.
+        (only where ``computes_entropies`` says so) its ``token_entropies``, from the same forward pass;
+        ``greedy`` (only where ``computes_greedy`` says so) its ``greedy``.
         ``batch_size`` (None: the backend's choice), ``progress`` and ``desc`` change how the work
         runs, never a score. The formulas check the result (:meth:`score_checked`).
         """
@@ -102,17 +107,22 @@ class LikelihoodBackend(ABC):
         """:meth:`score` (``settings`` are its keyword arguments), its result checked against the
         contract (:func:`check_scores`): what the formulas call, so that a backend's mistake stops with
         an error naming it instead of wrong scores. Subclasses implement :meth:`score`, not this.
-        ``entropies=True`` is refused (:class:`EntropyUnsupportedError`) unless ``computes_entropies``;
-        ``entropies=False`` is not passed on, so a backend written without the option keeps working."""
+        ``entropies=True`` is refused (:class:`EntropyUnsupportedError`) unless ``computes_entropies``,
+        ``greedy=True`` (:class:`GreedyUnsupportedError`) unless ``computes_greedy``; a False option is
+        not passed on, so a backend written without it keeps working."""
         entropies = settings.pop("entropies", False)
-        if entropies:
-            settings["entropies"] = True
+        greedy = settings.pop("greedy", False)
         if entropies and not self.computes_entropies:
             raise EntropyUnsupportedError(
                 f"The backend {backend_label(self)} does not compute predictive entropies (they need the whole "
                 "output distribution at each token); score with the transformers backend for entropy-based scores.")
+        if greedy and not self.computes_greedy:
+            raise GreedyUnsupportedError(
+                f"The backend {backend_label(self)} does not say whether a continuation is the model's greedy one; "
+                "score with the transformers or vllm backend.")
+        settings.update({name: True for name, asked in (("entropies", entropies), ("greedy", greedy)) if asked})
         return check_scores(self, items, self.score(items, **settings), settings.get("token_losses", False),
-                            entropies)
+                            entropies, greedy)
 
     def generate(
         self,
@@ -177,13 +187,18 @@ class EntropyUnsupportedError(ValueError):
     """Predictive entropies were asked of a backend that does not compute them."""
 
 
+class GreedyUnsupportedError(ValueError):
+    """Whether continuations are greedy was asked of a backend that does not say."""
+
+
 def backend_label(backend: LikelihoodBackend) -> str:
     """How errors name a backend: its registered name and its class, else its class."""
     cls = type(backend).__name__
     return f"{backend.name!r} ({cls})" if backend.name else cls
 
 
-def score_problem(item: Item, score: Any, token_losses: bool, entropies: bool = False) -> str | None:
+def score_problem(item: Item, score: Any, token_losses: bool, entropies: bool = False,
+                  greedy: bool = False) -> str | None:
     """What breaks the contract in one item's score, or None."""
     if not isinstance(score, ContinuationScore):
         return f"a {type(score).__name__}, not a ContinuationScore"
@@ -202,6 +217,8 @@ def score_problem(item: Item, score: Any, token_losses: bool, entropies: bool = 
     if token_losses and (score.token_nlls is None or len(score.token_nlls) != count):
         given = "None" if score.token_nlls is None else f"{len(score.token_nlls)} values"
         return f"token_nlls is {given} for {count} scored tokens (token losses were asked for)"
+    if greedy and not isinstance(score.greedy, bool):
+        return f"greedy={score.greedy!r} (True or False is expected: it was asked for)"
     if entropies:
         return entropy_problem(score.token_entropies, count)
     return None
@@ -220,12 +237,13 @@ def entropy_problem(token_entropies: Any, count: int) -> str | None:
 
 
 def check_scores(backend: LikelihoodBackend, items: Sequence[Item], scores: Any,
-                 token_losses: bool = False, entropies: bool = False) -> list[ContinuationScore]:
+                 token_losses: bool = False, entropies: bool = False, greedy: bool = False
+                 ) -> list[ContinuationScore]:
     """``scores`` as a list, if they keep the contract of ``backend.score(items)``: one
     :class:`ContinuationScore` per item; every continuation token scored unless the item was
     truncated (then fewer); a finite NLL >= 0 where a token was scored, NaN where none was; with
     ``token_losses``, one token NLL per scored token; with ``entropies``, one finite entropy >= 0 per
-    scored token. Else a :class:`BackendContractError` naming the
+    scored token; with ``greedy``, a bool. Else a :class:`BackendContractError` naming the
     backend, the item and what is wrong."""
     label = backend_label(backend)
     if not isinstance(scores, (list, tuple)):
@@ -235,7 +253,7 @@ def check_scores(backend: LikelihoodBackend, items: Sequence[Item], scores: Any,
         raise BackendContractError(f"The backend {label} returned {len(scores)} scores for {len(items)} items; "
                                    "`score` returns one ContinuationScore per item, in order.")
     for index, (item, score) in enumerate(zip(items, scores, strict=True)):
-        if problem := score_problem(item, score, token_losses, entropies):
+        if problem := score_problem(item, score, token_losses, entropies, greedy):
             raise BackendContractError(f"The backend {label} broke the contract of `score` at item {index} of "
                                        f"{len(items)}: {problem}.")
     return list(scores)

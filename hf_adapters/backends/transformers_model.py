@@ -111,12 +111,13 @@ def _entropies(logits: torch.Tensor) -> torch.Tensor:
 
 
 @torch.inference_mode()
-def _token_nlls(model: PreTrainedModel, batch: list[PreparedItem], pad_id: int,
-                packed: bool, entropies: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+def _token_nlls(model: PreTrainedModel, batch: list[PreparedItem], pad_id: int, packed: bool,
+                entropies: bool = False, greedy: bool = False
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """The NLL of every scored token of a batch (float64), the index of the unit (an item of
-    the batch or one of its guests, in the order of ``units``) each belongs to, and with
+    the batch or one of its guests, in the order of ``units``) each belongs to, with
     ``entropies`` the entropy of the prediction at each scored token (float64; else None), from the
-    same log-softmax as the NLL."""
+    same log-softmax as the NLL, and with ``greedy`` whether each is the most likely token (else None)."""
     body, head = model.base_model, model.get_output_embeddings()
     postprocess = _logit_postprocessor(model)
     device = head.weight.device
@@ -135,6 +136,7 @@ def _token_nlls(model: PreTrainedModel, batch: list[PreparedItem], pad_id: int,
     targets_t = torch.tensor(targets, device=device)
     token_nll = torch.empty(len(targets), dtype=torch.float64, device=device)
     token_entropy = torch.empty(len(targets), dtype=torch.float64, device=device) if entropies else None
+    token_top = torch.empty(len(targets), dtype=torch.bool, device=device) if greedy else None
     hidden = body(**inputs, use_cache=False).last_hidden_state
     hidden = hidden.reshape(-1, hidden.shape[-1])[torch.tensor(positions, device=device)]
     chunk = output_chunk_positions(head.weight)
@@ -144,7 +146,9 @@ def _token_nlls(model: PreTrainedModel, batch: list[PreparedItem], pad_id: int,
         token_nll[start:stop] = torch.nn.functional.cross_entropy(logits, targets_t[start:stop], reduction="none")
         if token_entropy is not None:
             token_entropy[start:stop] = _entropies(logits)
-    return torch.tensor(items, device=device), token_nll, token_entropy
+        if token_top is not None:
+            token_top[start:stop] = logits.argmax(dim=-1) == targets_t[start:stop]
+    return torch.tensor(items, device=device), token_nll, token_entropy, token_top
 
 
 def _sums(items: torch.Tensor, token_nll: torch.Tensor, count: int) -> list[float]:
@@ -161,23 +165,26 @@ def _score_batch(model: PreTrainedModel, batch: list[PreparedItem], pad_id: int,
                  packed: bool) -> list[tuple[PreparedItem, float]]:
     """Each unit (the batch's items and their guests) with its total NLL."""
     units = _units(batch)
-    items, token_nll, _ = _token_nlls(model, batch, pad_id, packed)
+    items, token_nll, _, _ = _token_nlls(model, batch, pad_id, packed)
     return list(zip(units, _sums(items, token_nll, len(units)), strict=True))
 
 
 def _score_batch_with_tokens(model: PreTrainedModel, batch: list[PreparedItem], pad_id: int, packed: bool,
-                             entropies: bool = False
-                             ) -> list[tuple[PreparedItem, float, tuple[float, ...], tuple[float, ...] | None]]:
-    """Each unit with its total NLL, the NLL of each of its scored tokens and, with ``entropies``,
-    the entropy at each (else None)."""
-    items, token_nll, token_entropy = _token_nlls(model, batch, pad_id, packed, entropies)
+                             entropies: bool = False, greedy: bool = False
+                             ) -> list[tuple[PreparedItem, float, tuple[float, ...], tuple[float, ...] | None,
+                                             bool | None]]:
+    """Each unit with its total NLL, the NLL of each of its scored tokens, with ``entropies`` the
+    entropy at each (else None) and with ``greedy`` whether all are the most likely tokens (else None)."""
+    items, token_nll, token_entropy, token_top = _token_nlls(model, batch, pad_id, packed, entropies, greedy)
     per_token = token_nll.tolist()
     per_token_entropy = None if token_entropy is None else token_entropy.tolist()
+    per_token_top = None if token_top is None else token_top.tolist()
     units = _units(batch)
     counts = [len(item.input_ids) - item.first_scored for item in units]
     starts = list(itertools.accumulate(counts[:-1], initial=0))
     return [(unit, total, tuple(per_token[start:start + count]),
-             None if per_token_entropy is None else tuple(per_token_entropy[start:start + count]))
+             None if per_token_entropy is None else tuple(per_token_entropy[start:start + count]),
+             None if per_token_top is None else all(per_token_top[start:start + count]))
             for unit, total, start, count in zip(units, _sums(items, token_nll, len(units)), starts, counts,
                                                  strict=True)]
 
@@ -205,6 +212,7 @@ class TransformersBackend(LikelihoodBackend):
 
     name = "transformers"
     computes_entropies = True
+    computes_greedy = True
 
     def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, *,
                  batch_size: int | None = DEFAULT_BATCH_SIZE, max_batch_tokens: int | None = None,
@@ -261,6 +269,7 @@ class TransformersBackend(LikelihoodBackend):
         batch_size: int | None = None,
         token_losses: bool = False,
         entropies: bool = False,
+        greedy: bool = False,
         progress: bool | None = None,
         desc: str = "Scoring",
     ) -> list[ContinuationScore]:
@@ -274,7 +283,7 @@ class TransformersBackend(LikelihoodBackend):
             if len(item.input_ids) > item.first_scored:
                 scorable.append(item)
             else:
-                results[item.index] = item.unscored(token_losses, entropies)
+                results[item.index] = item.unscored(token_losses, entropies, greedy)
         scorable = host_prefixes(scorable)
         on_cpu = model.get_output_embeddings().weight.device.type == "cpu"
         max_batch_tokens = self.max_batch_tokens or (CPU_MAX_BATCH_TOKENS if on_cpu else DEFAULT_MAX_BATCH_TOKENS)
@@ -293,11 +302,12 @@ class TransformersBackend(LikelihoodBackend):
                 batch = [scorable[i] for i in batch_indices]
                 positions = len(batch) * max(len(item.input_ids) for item in batch)
                 with cpu_linear_kernel(model, positions):
-                    if token_losses or entropies:
-                        for item, nll, losses, item_entropies in _score_batch_with_tokens(model, batch, pad_id,
-                                                                                          packing, entropies):
+                    if token_losses or entropies or greedy:
+                        for item, nll, losses, item_entropies, item_greedy in _score_batch_with_tokens(
+                                model, batch, pad_id, packing, entropies, greedy):
                             results[item.index] = ContinuationScore(nll, len(losses), item.truncated,
-                                                                    losses if token_losses else None, item_entropies)
+                                                                    losses if token_losses else None, item_entropies,
+                                                                    item_greedy)
                     else:
                         for item, nll in _score_batch(model, batch, pad_id, packing):
                             results[item.index] = ContinuationScore(nll, len(item.targets), item.truncated)

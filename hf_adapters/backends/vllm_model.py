@@ -117,6 +117,7 @@ class VLLMBackend(LikelihoodBackend):
     """
 
     name = "vllm"
+    computes_greedy = True
 
     def __init__(self, llm: Any, *, source: tuple[str, Any, Any] | None = None, device_type: str | None = None,
                  dtype: str | None = None):
@@ -162,13 +163,17 @@ class VLLMBackend(LikelihoodBackend):
     def max_length(self) -> int | None:
         return self.llm.llm_engine.model_config.max_model_len
 
-    def _prompt_logprobs(self, hosts: Sequence[PreparedItem], show: bool) -> list[list[float]]:
-        """For each host, the logprob of each of its tokens from its first scored one (its own or a guest's)."""
+    def _prompt_logprobs(self, hosts: Sequence[PreparedItem], show: bool, greedy: bool = False
+                         ) -> list[tuple[list[float], list[bool] | None]]:
+        """For each host, the logprob of each of its tokens from its first scored one (its own or a
+        guest's) and, with ``greedy``, whether each is the most likely token (vocabulary rank 1: read
+        from every prompt position's logprobs, the only ones that carry ranks)."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
         firsts = [min(unit.first_scored for unit in host.units) for host in hosts]
-        if self.scores_continuation_only:
+        continuation_only = self.scores_continuation_only and not greedy
+        if continuation_only:
             params = [SamplingParams(max_tokens=1, detokenize=False, prompt_logprob_start=first - 1,
                                      prompt_logprob_token_ids=[[token] for token in host.input_ids[first:]])
                       for host, first in zip(hosts, firsts, strict=True)]
@@ -176,15 +181,16 @@ class VLLMBackend(LikelihoodBackend):
             params = SamplingParams(max_tokens=1, detokenize=False, prompt_logprobs=0)
         outputs = self.llm.generate([TokensPrompt(prompt_token_ids=host.input_ids) for host in hosts], params,
                                     use_tqdm=show)
-        logprobs = []
+        results = []
         for host, first, output in zip(hosts, firsts, outputs, strict=True):
-            if self.scores_continuation_only:
-                logprobs.append([float(row[0]) for row in output.prompt_token_id_logprobs])
+            if continuation_only:
+                results.append(([float(row[0]) for row in output.prompt_token_id_logprobs], None))
             else:
-                rows = output.prompt_logprobs
-                logprobs.append([rows[position][token].logprob
-                                 for position, token in enumerate(host.input_ids) if position >= first])
-        return logprobs
+                chosen = [output.prompt_logprobs[position][token]
+                          for position, token in enumerate(host.input_ids) if position >= first]
+                results.append(([entry.logprob for entry in chosen],
+                                [entry.rank == 1 for entry in chosen] if greedy else None))
+        return results
 
     def score(
         self,
@@ -194,6 +200,7 @@ class VLLMBackend(LikelihoodBackend):
         truncate: bool = True,
         batch_size: int | None = None,
         token_losses: bool = False,
+        greedy: bool = False,
         progress: bool | None = None,
         desc: str = "Scoring",
     ) -> list[ContinuationScore]:
@@ -206,15 +213,18 @@ class VLLMBackend(LikelihoodBackend):
             if len(item.input_ids) > item.first_scored:
                 scorable.append(item)
             else:
-                results[item.index] = item.unscored(token_losses)
+                results[item.index] = item.unscored(token_losses, greedy=greedy)
         hosts = host_prefixes(scorable)
         show = progress if progress is not None else len(hosts) > 64
-        for host, logprobs in zip(hosts, self._prompt_logprobs(hosts, show) if hosts else [], strict=True):
+        for host, (logprobs, tops) in zip(hosts, self._prompt_logprobs(hosts, show, greedy) if hosts else [],
+                                          strict=True):
             first = min(unit.first_scored for unit in host.units)
             for unit in host.units:
-                nlls = tuple(-value for value in logprobs[unit.first_scored - first:len(unit.input_ids) - first])
+                scored = slice(unit.first_scored - first, len(unit.input_ids) - first)
+                nlls = tuple(-value for value in logprobs[scored])
                 results[unit.index] = ContinuationScore(math.fsum(nlls), len(nlls), unit.truncated,
-                                                        nlls if token_losses else None)
+                                                        nlls if token_losses else None,
+                                                        greedy=None if tops is None else all(tops[scored]))
         return results  # type: ignore[return-value]
 
     def default_stop_token_ids(self) -> list[int]:
