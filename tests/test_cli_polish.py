@@ -4,6 +4,7 @@ left behind, and counts in the singular when there is one."""
 from __future__ import annotations
 
 import copy
+import importlib.util
 import json
 import re
 from pathlib import Path
@@ -144,3 +145,18 @@ def test_no_command_prints_an_error_with_another_prefix():
 def test_a_job_summary_of_one_row_speaks_in_the_singular():
     assert str(JobSummary(rows=1, valid=1, seconds=2.0, scored=1)) == "1 row, 1 valid score, 0.5 rows/s"
     assert str(JobSummary(rows=2, valid=0, seconds=1.0, scored=2)).startswith("2 rows, 0 valid scores, ")
+
+
+def test_lm_eval_without_lm_eval_installed_says_how_to_install_it(monkeypatch, capsys):
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *rest: None if name == "lm_eval"
+                        else find_spec(name, *rest))
+    assert cli.main(["lm-eval", "--model", "hf-adapters", "--tasks", "ifeval"]) == 2
+    assert capsys.readouterr().err == ("error: lm-evaluation-harness is not installed: "
+                                       "pip install 'hf_adapters[lm-eval]'\n")
+
+
+def test_other_commands_still_refuse_arguments_they_do_not_take(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["summary", "scores.jsonl", "--model_args", "x"])
+    assert "unrecognized arguments: --model_args x" in capsys.readouterr().err

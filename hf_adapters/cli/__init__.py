@@ -16,6 +16,7 @@ from . import (
     demo_command,
     embed_command,
     ifeval_command,
+    lm_eval_command,
     parity_command,
     perplexity_command,
     score_command,
@@ -24,8 +25,8 @@ from . import (
 )
 from .arguments import import_plugins, progress_settings_kept
 
-SUBCOMMANDS = [compare_command, demo_command, embed_command, ifeval_command, parity_command, perplexity_command,
-               score_command, select_command, summary_command]
+SUBCOMMANDS = [compare_command, demo_command, embed_command, ifeval_command, lm_eval_command, parity_command,
+               perplexity_command, score_command, select_command, summary_command]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,7 +42,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     wait_passively()  # before any command imports torch
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, rest = parser.parse_known_args(argv)
+    if rest and not getattr(args, "passes_arguments_on", False):
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    args.arguments = rest
     try:
         import_plugins(args)
     except PluginError as error:

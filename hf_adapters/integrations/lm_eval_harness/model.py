@@ -1,0 +1,186 @@
+"""Any of our backends as an lm-evaluation-harness model, registered as ``hf-adapters``.
+
+lm-eval asks a model three things: the log-likelihood of a continuation given a context (with
+whether it is the greedy one), the log-likelihood of a whole text in rolling windows, and greedy
+generation until stop sequences. Each is one call of our core: :meth:`LikelihoodBackend.score` for
+the first two, :meth:`LikelihoodBackend.generate` for the third. Tokens, windows, truncation and stop
+sequences follow lm-eval's ``hf`` model (``HFLM``), so the numbers are its numbers, computed exactly,
+whatever the batch:
+
+- a context and continuation longer than ``max_length + 1`` tokens lose context tokens from the left;
+- an empty context is the prefix token (BOS, else EOS), as :func:`~hf_adapters.likelihood.start_token_id`;
+- rolling windows are lm-eval's disjoint windows (:func:`~hf_adapters.texts.rolling_items`);
+- generation is greedy only, cut at the first stop sequence (and EOS) as ``HFLM`` cuts it.
+
+Run it with ``hf-adapters lm-eval --model hf-adapters --model_args backend=vllm,model_id=... --tasks ...``
+(lm-eval's own command line, with this model registered), or from Python:
+
+    >>> import lm_eval
+    >>> from hf_adapters.integrations.lm_eval_harness import HFAdaptersLM
+    >>> results = lm_eval.simple_evaluate(model=HFAdaptersLM(batch_size=16), tasks=["ifeval"])  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from lm_eval.api.model import TemplateLM
+from lm_eval.api.registry import register_model
+from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs, postprocess_generated_text
+
+from ...backends import LikelihoodBackend, resolve_backend
+from ...likelihood import combined
+from ...models import DEFAULT_MODEL_ID
+from ...texts import rolling_items
+
+logger = logging.getLogger(__name__)
+
+#: lm-eval's ``HFLM`` window when neither the caller nor the model gives one.
+DEFAULT_MAX_LENGTH = 2048
+#: The generation settings a greedy decoder honours; sampling settings are read only to refuse them.
+GREEDY_SETTINGS = frozenset({"do_sample", "temperature", "top_p", "top_k", "until", "max_gen_toks"})
+
+
+def _batch_size(value: int | str | None) -> int | None:
+    """lm-eval's ``--batch_size`` as our rows per forward pass: ``auto`` (or none) leaves it to the backend."""
+    if value is None or str(value).startswith("auto"):
+        return None
+    return int(value)
+
+
+def _available(device: str | None) -> str | None:
+    """``device``, or None (the default device) for a CUDA device on a machine without one: lm-eval's
+    command line passes ``cuda:0`` unless told otherwise, and ``HFLM`` falls back likewise."""
+    if device is not None and str(device).startswith("cuda") and not torch.cuda.is_available():
+        logger.warning("Device %r is not available here; the model runs on the default device.", device)
+        return None
+    return device
+
+
+@register_model("hf-adapters")
+class HFAdaptersLM(TemplateLM):
+    """lm-eval's model interface over one of our likelihood backends.
+
+    Args:
+        backend: a :class:`~hf_adapters.backends.LikelihoodBackend`, or the name of a registered one
+            (``transformers``, the default, or ``vllm``).
+        model_id: the model the backend loads (hub id, folder or ``.gguf``; default: the embedded
+            SmolLM2-135M-Instruct). ``pretrained`` is accepted for it, as lm-eval's ``hf`` model names it.
+        batch_size: most rows per forward pass (``auto``: the backend's choice). It never changes a number.
+        max_length: the longest sequence a request reads (default: the model's position limit, else 2048).
+        max_gen_toks: new tokens per response when a task does not say (lm-eval's default, 256).
+        dtype, device: as everywhere in this package (default: float32 on the CPU, bfloat16 on a GPU); a
+            CUDA device on a machine without one is the default device, as in ``HFLM``.
+        add_bos_token: add the tokenizer's special tokens when encoding (None: the tokenizer's default), as ``HFLM``.
+    """
+
+    def __init__(self, backend: LikelihoodBackend | str | None = None, model_id: str | None = None, *,
+                 pretrained: str | None = None, batch_size: int | str | None = None, max_length: int | None = None,
+                 max_gen_toks: int = 256, dtype: str | None = None, device: str | None = None,
+                 add_bos_token: bool | None = None, **unused: Any):
+        super().__init__()
+        if model_id is not None and pretrained is not None and model_id != pretrained:
+            raise ValueError(f"Pass the model as model_id or pretrained, not both ({model_id!r}, {pretrained!r}).")
+        unused.pop("max_batch_size", None)  # lm-eval's `auto` search bound: our batches need none
+        if unused:
+            raise TypeError(f"hf-adapters does not take {sorted(unused)} (its arguments: backend, model_id, "
+                            "batch_size, max_length, max_gen_toks, dtype, device, add_bos_token).")
+        self.backend = resolve_backend(backend, model_id=model_id or pretrained or DEFAULT_MODEL_ID, dtype=dtype,
+                                       device=_available(device))
+        self.tokenizer = self.backend.tokenizer
+        self.rows_per_batch = _batch_size(batch_size)
+        self._max_length = max_length or self.backend.max_length or DEFAULT_MAX_LENGTH
+        self.max_gen_toks = max_gen_toks
+        self.add_bos_token = add_bos_token
+
+    @property
+    def eot_token_id(self) -> int:
+        return self.tokenizer.eos_token_id
+
+    @property
+    def prefix_token_id(self) -> int:
+        return self.backend.start_token_id
+
+    @property
+    def max_length(self) -> int:
+        return self._max_length
+
+    @property
+    def tokenizer_name(self) -> str:
+        return self.tokenizer.name_or_path.replace("/", "__")
+
+    def tok_encode(self, string: str, add_special_tokens: bool | None = None, **kwargs: Any) -> list[int]:
+        """``string``'s tokens, special tokens as ``HFLM`` adds them (none again after a leading BOS)."""
+        if add_special_tokens is None:
+            add_special_tokens = self.add_bos_token
+            bos = self.tokenizer.decode(self.prefix_token_id)
+            if bos and string.startswith(bos):
+                add_special_tokens = False
+        settings = {} if add_special_tokens is None else {"add_special_tokens": add_special_tokens}
+        return self.tokenizer.encode(string, **settings)
+
+    def _score(self, items: list[tuple[list[int], list[int]]], disable_tqdm: bool, desc: str):
+        return self.backend.score_checked(items, truncate=False, greedy=True, batch_size=self.rows_per_batch,
+                                          progress=False if disable_tqdm else None, desc=desc)
+
+    def _loglikelihood_tokens(self, requests: Sequence[tuple[tuple[str, str], list[int], list[int]]],
+                              disable_tqdm: bool = False, **kwargs: Any) -> list[tuple[float, bool]]:
+        """(log-likelihood, is greedy) of each continuation; the context is cut from the left to fit
+        ``max_length`` model inputs, as ``HFLM`` cuts it."""
+        items = []
+        for (_, continuation), context_ids, continuation_ids in requests:
+            if len(continuation_ids) > self.max_length:
+                raise ValueError(f"The continuation {continuation[:40]!r}... has {len(continuation_ids)} tokens, "
+                                 f"more than max_length={self.max_length}: it cannot be scored in one window.")
+            keep = self.max_length + 1 - len(continuation_ids)
+            items.append((list(context_ids)[-keep:], list(continuation_ids)))
+        return [(-score.nll, score.greedy) for score in self._score(items, disable_tqdm, "loglikelihood")]
+
+    def loglikelihood_rolling(self, requests: Sequence[Any], disable_tqdm: bool = False) -> list[float]:
+        """The log-likelihood of each whole text, every token scored once in lm-eval's disjoint windows
+        of ``max_length`` (0 for a text with no token, as lm-eval has it)."""
+        windows = [rolling_items(self.tok_encode(request.args[0]), self.max_length, self.max_length)
+                   for request in requests]
+        scores = iter(self._score([window for text in windows for window in text], disable_tqdm,
+                                  "loglikelihood_rolling"))
+        totals = []
+        for text in windows:
+            score = combined([next(scores) for _ in text])
+            totals.append(0.0 if math.isnan(score.nll) else -score.nll)
+        return totals
+
+    def generate_until(self, requests: Sequence[Any], disable_tqdm: bool = False) -> list[str]:
+        """Each request's greedy response, cut at its first stop sequence (and EOS); the prompt loses
+        tokens from the left to leave room for ``max_gen_toks``, as ``HFLM`` does (an empty one is the prefix token)."""
+        groups: dict[tuple[int, tuple[str, ...]], list[int]] = {}
+        eos = self.tokenizer.decode([self.eot_token_id])
+        for index, request in enumerate(requests):
+            settings = normalize_gen_kwargs(dict(request.args[1]), self.max_gen_toks)
+            if settings.get("do_sample") or settings.get("temperature", 0.0) > 0.0:
+                raise ValueError("hf-adapters decodes greedily; this task samples (do_sample=True or temperature > 0).")
+            if unknown := set(settings) - GREEDY_SETTINGS:
+                raise ValueError(f"hf-adapters decodes greedily and does not apply {sorted(unknown)}.")
+            until = tuple(handle_stop_sequences(settings.get("until"), eos=eos))
+            groups.setdefault((settings["max_gen_toks"], until), []).append(index)
+        responses: list[str] = [""] * len(requests)
+        for (max_gen_toks, until), indices in groups.items():
+            room = self.max_length - max_gen_toks
+            if room <= 0:
+                raise ValueError(f"max_gen_toks={max_gen_toks} leaves no room for a prompt in "
+                                 f"max_length={self.max_length}.")
+            prompts = [self.tok_encode(requests[index].args[0])[-room:] or [self.prefix_token_id] for index in indices]
+            outputs = self.backend.generate(prompts, max_new_tokens=max_gen_toks, batch_size=self.rows_per_batch,
+                                            progress=False if disable_tqdm else None, desc="generate_until")
+            for index, tokens in zip(indices, outputs, strict=True):
+                text = self.tokenizer.decode(tokens, skip_special_tokens=True)
+                responses[index] = postprocess_generated_text(text, list(until), None)
+        return responses
+
+    def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
+        """The conversation as the model's chat template writes it (lm-eval's ``--apply_chat_template``)."""
+        return self.tokenizer.apply_chat_template(chat_history, tokenize=False,
+                                                  add_generation_prompt=add_generation_prompt)

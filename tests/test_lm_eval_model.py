@@ -1,0 +1,148 @@
+"""The lm-eval model ``hf-adapters`` gives the numbers of lm-eval's own ``hf`` model (``HFLM``) on the
+same tiny model: through ``simple_evaluate`` on real tasks over data shipped in the repo (a rolling
+perplexity, a multiple choice, IFEval), request by request, and from lm-eval's command line."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+lm_eval = pytest.importorskip("lm_eval", reason="lm-evaluation-harness is installed with the [test] extra")
+from lm_eval.api.instance import Instance  # noqa: E402
+from lm_eval.models.huggingface import HFLM  # noqa: E402
+from lm_eval.tasks import TaskManager  # noqa: E402
+
+from hf_adapters.backends import TransformersBackend  # noqa: E402
+from hf_adapters.integrations.lm_eval_harness import HFAdaptersLM  # noqa: E402
+
+TASKS = Path(__file__).parent / "lm_eval_tasks"
+RTOL = 1e-5
+
+
+def ours(model, tokenizer, **settings) -> HFAdaptersLM:
+    return HFAdaptersLM(TransformersBackend(model, tokenizer), **settings)
+
+
+def theirs(model, tokenizer, **settings) -> HFLM:
+    return HFLM(pretrained=model, tokenizer=tokenizer, **settings)
+
+
+def assert_same_number(a, b) -> None:
+    if isinstance(a, float) and isinstance(b, float):
+        assert a == pytest.approx(b, rel=RTOL, abs=1e-9)
+    else:
+        assert a == b
+
+
+def assert_same_results(mine: dict, reference: dict) -> None:
+    """Every metric of every task, and every sample's responses, equal (numbers to RTOL)."""
+    for task, metrics in reference["results"].items():
+        assert metrics.keys() == mine["results"][task].keys()
+        for name, value in metrics.items():
+            assert_same_number(mine["results"][task][name], value)
+        for my_sample, sample in zip(mine["samples"][task], reference["samples"][task], strict=True):
+            for my_response, response in zip(my_sample["resps"], sample["resps"], strict=True):
+                my_response, response = my_response[0], response[0]
+                if isinstance(response, (tuple, list)):  # loglikelihood: (logprob, is_greedy)
+                    assert_same_number(my_response[0], response[0])
+                    assert my_response[1] == response[1]
+                else:
+                    assert_same_number(my_response, response)
+
+
+@pytest.fixture
+def in_tasks_folder(monkeypatch):
+    monkeypatch.chdir(TASKS)  # the task files name the shipped data relative to their folder
+    return TaskManager(include_path=str(TASKS))
+
+
+def evaluate(lm, tasks: list[str], task_manager: TaskManager) -> dict:
+    return lm_eval.simple_evaluate(model=lm, tasks=tasks, task_manager=task_manager, limit=6, log_samples=True)
+
+
+def test_rolling_perplexity_task_gives_hflms_numbers_across_windows(model, tokenizer, in_tasks_folder):
+    tasks = ["hf_adapters_shipped_rolling"]
+    mine = evaluate(ours(model, tokenizer, batch_size=8, max_length=40), tasks, in_tasks_folder)
+    reference = evaluate(theirs(model, tokenizer, batch_size=8, max_length=40), tasks, in_tasks_folder)
+    assert_same_results(mine, reference)
+
+
+def test_multiple_choice_and_ifeval_tasks_give_hflms_numbers(model, tokenizer, in_tasks_folder):
+    tasks = ["hf_adapters_shipped_choice", "hf_adapters_shipped_ifeval"]
+    mine = evaluate(ours(model, tokenizer, batch_size=8), tasks, in_tasks_folder)
+    reference = evaluate(theirs(model, tokenizer, batch_size=1), tasks, in_tasks_folder)
+    assert_same_results(mine, reference)
+
+
+def loglikelihood_requests(tokenizer, continuations: list[list[int]]) -> list:
+    context = tokenizer.encode("Instruction: summarise the text below.\nInput: Cats are small mammals.")
+    return [(("", ""), context, continuation) for continuation in continuations]
+
+
+def test_loglikelihood_cuts_long_contexts_from_the_left_and_says_which_continuations_are_greedy(model, tokenizer):
+    mine, reference = ours(model, tokenizer, max_length=12), theirs(model, tokenizer, max_length=12)
+    context = loglikelihood_requests(tokenizer, [[0]])[0][1]
+    greedy = mine.backend.generate([context[-11:]], max_new_tokens=3, stop_token_ids=[])[0]
+    requests = loglikelihood_requests(tokenizer, [greedy, greedy[:1], tokenizer.encode(" Cats are mammals.")])
+    my_scores = mine._loglikelihood_tokens(requests)
+    their_scores = reference._loglikelihood_tokens(requests)
+    assert [is_greedy for _, is_greedy in my_scores] == [is_greedy for _, is_greedy in their_scores] == \
+        [True, True, False]
+    for (my_logprob, _), (their_logprob, _) in zip(my_scores, their_scores, strict=True):
+        assert my_logprob == pytest.approx(their_logprob, rel=RTOL)
+
+
+def test_empty_context_is_the_prefix_token_as_in_hflm(model, tokenizer):
+    requests = [Instance("loglikelihood", {}, ("", " The quick brown fox"), 0)]
+    [(my_logprob, _)] = ours(model, tokenizer).loglikelihood(requests)
+    [(their_logprob, _)] = theirs(model, tokenizer).loglikelihood(requests)
+    assert my_logprob == pytest.approx(their_logprob, rel=RTOL)
+
+
+def test_generation_stops_at_the_stop_sequences_lm_eval_passes(model, tokenizer):
+    settings = {"until": ["fox", "\n"], "do_sample": False, "max_gen_toks": 20}
+    requests = [Instance("generate_until", {}, (prompt, settings), index)
+                for index, prompt in enumerate(["The quick brown", "Write a short poem", "Le renard"])]
+    assert ours(model, tokenizer, batch_size=3).generate_until(requests) == \
+        theirs(model, tokenizer, batch_size=1).generate_until(requests)
+
+
+def test_a_sampling_task_is_refused_with_a_clear_error(model, tokenizer):
+    request = Instance("generate_until", {}, ("The quick", {"do_sample": True, "temperature": 0.7}), 0)
+    with pytest.raises(ValueError, match="greedily"):
+        ours(model, tokenizer).generate_until([request])
+
+
+def test_an_empty_text_has_a_rolling_loglikelihood_of_zero_as_in_hflm(model, tokenizer):
+    requests = [Instance("loglikelihood_rolling", {}, ("",), 0), Instance("loglikelihood_rolling", {}, ("Cats",), 1)]
+    mine, reference = ours(model, tokenizer).loglikelihood_rolling(requests), \
+        theirs(model, tokenizer).loglikelihood_rolling(requests)
+    assert mine[0] == reference[0] == 0
+    assert mine[1] == pytest.approx(reference[1], rel=RTOL)
+    assert math.isfinite(mine[1])
+
+
+def test_unknown_model_arguments_are_refused_by_name(model, tokenizer):
+    with pytest.raises(TypeError, match="trust_remote"):
+        ours(model, tokenizer, trust_remote_code=True)
+
+
+def test_lm_evals_command_line_runs_our_model_and_our_parity_task_offline(model_dir, tmp_path):
+    """``hf-adapters lm-eval``: lm-eval's command line, our model registered and our tasks on its path."""
+    parallel = Path(__file__).resolve().parents[1] / "hf_adapters" / "data" / "parallel_sample.jsonl"
+    command = [sys.executable, "-m", "hf_adapters", "lm-eval", "--model", "hf-adapters",
+               "--model_args", f"model_id={model_dir}", "--tasks", "information_parity",
+               "--metadata", json.dumps({"data_files": str(parallel)}), "--limit", "3", "--batch_size", "4",
+               "--output_path", str(tmp_path)]
+    finished = subprocess.run(command, capture_output=True, text=True, timeout=300,
+                              env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"})
+    assert finished.returncode == 0, finished.stderr[-2000:]
+    [results] = tmp_path.glob("**/results_*.json")
+    metrics = json.loads(results.read_text())["results"]["information_parity"]
+    assert any(name.endswith("_information_parity,none") and value > 0 for name, value in metrics.items())
