@@ -1,7 +1,8 @@
 """Information Parity of every language of a parallel (FLORES-style) corpus against a reference language.
 
 The data is ``{"lang", "id", "text"}`` rows, the same ``id`` in every language naming one
-sentence. Each language is paired with the reference language on their shared ids and all
+sentence (:func:`read_parallel_files` reads them from files, FLORES-200's plain-text ones too).
+Each language is paired with the reference language on their shared ids (:func:`pair_ids`) and all
 distinct texts are scored in one batched pass. ``hf-adapters parity`` (:mod:`hf_adapters.cli.parity_command`)
 prints, writes and draws the result.
 """
@@ -12,6 +13,7 @@ import logging
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from .backends import BackendOptions
@@ -21,6 +23,10 @@ from .options import split_options, takes_options
 from .texts import check_texts
 
 logger = logging.getLogger(__name__)
+
+#: The suffixes of files of ``{lang, id, text}`` rows; any other parallel file is FLORES-200 plain text.
+RECORD_SUFFIXES = (".jsonl", ".json", ".csv")
+
 
 def parallel_sample_rows() -> list[dict[str, Any]]:
     """The five parallel sentences in English, French, German and Spanish shipped with the package."""
@@ -42,6 +48,47 @@ def group_by_language(rows: Iterable[Mapping[str, Any]]) -> dict[str, dict[Any, 
         check_texts([row["text"]], f"rows[{number}].text")
         texts[row["id"]] = row["text"]
     return languages
+
+
+def read_parallel_files(paths: str | Path | Iterable[str | Path]) -> list[dict[str, Any]]:
+    """``{lang, id, text}`` rows of parallel files: ``.jsonl``, ``.json`` or ``.csv`` files of such rows,
+    or FLORES-200's plain-text files (``eng_Latn.dev``: one sentence a line, the language the name
+    before its first dot, the id the line number from 0). A folder stands for the files in it."""
+    paths = [paths] if isinstance(paths, str | Path) else list(paths)
+    files = []
+    for path in map(Path, paths):
+        if not path.exists():
+            raise FileNotFoundError(f"No parallel file or folder at {path}")
+        files += sorted(entry for entry in path.iterdir() if entry.is_file()) if path.is_dir() else [path]
+    rows: list[dict[str, Any]] = []
+    for path in files:
+        if path.suffix.lower() in RECORD_SUFFIXES:
+            rows += read_records(path)
+        else:
+            lang = path.name.split(".")[0]
+            lines = path.read_text(encoding="utf-8-sig").splitlines()
+            rows += [{"lang": lang, "id": number, "text": line} for number, line in enumerate(lines)]
+    return rows
+
+
+def pair_ids(grouped: Mapping[str, Mapping[Any, str]], reference_lang: str,
+             languages: Sequence[str] | None = None) -> dict[str, list[Any]]:
+    """``{lang: ids}``: the ids each language under test shares with ``reference_lang``, in the
+    reference's order, from :func:`group_by_language`'s ``{lang: {id: text}}``. The languages are
+    ``languages``, else every other language of the data in its order; an unknown language gets a
+    ValueError, ids missing from either side a warning."""
+    if reference_lang not in grouped:
+        raise ValueError(f"Reference language {reference_lang!r} is not in the data; languages: {sorted(grouped)}")
+    tested = [lang for lang in grouped if lang != reference_lang] if languages is None else list(languages)
+    if unknown := sorted(set(tested) - set(grouped)):
+        raise ValueError(f"Language(s) {unknown} not in the data; languages: {sorted(grouped)}")
+    reference = grouped[reference_lang]
+    pairs = {}
+    for lang in tested:
+        pairs[lang] = [i for i in reference if i in grouped[lang]]
+        if skipped := len(set(reference) ^ set(grouped[lang])):
+            logger.warning("%s: %d id(s) not in both %s and %s are skipped.", lang, skipped, lang, reference_lang)
+    return pairs
 
 
 @takes_options(BackendOptions, InformationParityOptions)
@@ -72,18 +119,8 @@ def evaluate_parallel(
     run, parity_options = split_options(options, BackendOptions, InformationParityOptions,
                                              caller="evaluate_parallel")
     grouped = group_by_language(rows)
-    if reference_lang not in grouped:
-        raise ValueError(f"Reference language {reference_lang!r} is not in the data; languages: {sorted(grouped)}")
-    tested = [lang for lang in grouped if lang != reference_lang] if languages is None else list(languages)
-    if unknown := sorted(set(tested) - set(grouped)):
-        raise ValueError(f"Language(s) {unknown} not in the data; languages: {sorted(grouped)}")
+    pairs = pair_ids(grouped, reference_lang, languages)
     reference = grouped[reference_lang]
-    pairs = {}
-    for lang in tested:
-        ids = [i for i in reference if i in grouped[lang]]
-        if skipped := len(set(reference) ^ set(grouped[lang])):
-            logger.warning("%s: %d id(s) not in both %s and %s are skipped.", lang, skipped, lang, reference_lang)
-        pairs[lang] = ids
 
     backend = run.load()
     texts = [reference[i] for ids in pairs.values() for i in ids]

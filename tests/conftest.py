@@ -90,13 +90,17 @@ def load_calls(model, tokenizer, monkeypatch):
     return calls
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory, model, tokenizer) -> str:
-    """The tiny model (512 positions) and its tokenizer saved as a local folder, as ``--model`` takes it."""
-    folder = tmp_path_factory.mktemp("tiny-model")
+def saved_model(folder: Path, model, tokenizer) -> str:
+    """``model`` and ``tokenizer`` saved into ``folder``, as ``--model`` takes them; the folder's path."""
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return str(folder)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory, model, tokenizer) -> str:
+    """The tiny model (512 positions) and its tokenizer saved as a local folder, as ``--model`` takes it."""
+    return saved_model(tmp_path_factory.mktemp("tiny-model"), model, tokenizer)
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> Path:

@@ -10,7 +10,14 @@ from hf_adapters.cli import main
 from hf_adapters.data_io import read_records
 from hf_adapters.information_parity import compute_information_parity
 from hf_adapters.models import embedded_default_source
-from hf_adapters.parallel_corpus import evaluate_parallel, group_by_language, parallel_sample_rows
+from hf_adapters.parallel_corpus import (
+    evaluate_parallel,
+    group_by_language,
+    pair_ids,
+    parallel_sample_rows,
+    read_parallel_files,
+)
+from tests.conftest import write_jsonl
 
 ROWS = [
     {"lang": "eng_Latn", "id": 0, "text": "The cat sleeps on the sofa."},
@@ -24,20 +31,9 @@ ROWS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory, model, tokenizer):
-    """The tiny model and tokenizer saved as a local directory, as `--model` takes it."""
-    path = tmp_path_factory.mktemp("tiny-model")
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return str(path)
-
-
 @pytest.fixture
 def data_file(tmp_path):
-    path = tmp_path / "parallel.jsonl"
-    path.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in ROWS), encoding="utf-8")
-    return path
+    return write_jsonl(tmp_path / "parallel.jsonl", ROWS)
 
 
 def test_each_language_equals_compute_on_its_shared_ids(model, tokenizer, caplog):
@@ -85,6 +81,29 @@ def test_read_jsonl_names_a_bad_line(tmp_path):
     path.write_text('{"lang": "eng_Latn", "id": 0, "text": "ok"}\n\n{oops\n', encoding="utf-8")
     with pytest.raises(ValueError, match=r"bad.jsonl:3"):
         read_records(path)
+
+
+def test_flores_text_files_and_folders_read_as_rows(tmp_path, data_file):
+    folder = tmp_path / "dev"
+    folder.mkdir()
+    for lang in ("eng_Latn", "fra_Latn"):
+        texts = [row["text"] for row in ROWS if row["lang"] == lang]
+        (folder / f"{lang}.dev").write_text("\n".join(texts) + "\n", encoding="utf-8")
+    expected = [row for row in ROWS if row["lang"] != "zho_Hans"]
+    assert read_parallel_files(folder) == expected
+    assert read_parallel_files([str(folder / "eng_Latn.dev"), data_file]) == expected[:3] + ROWS
+    with pytest.raises(FileNotFoundError, match="missing"):
+        read_parallel_files(tmp_path / "missing")
+
+
+def test_pair_ids_keep_the_reference_order_and_warn_of_unpaired_ids(caplog):
+    grouped = group_by_language(ROWS)
+    with caplog.at_level(logging.WARNING):
+        assert pair_ids(grouped, "eng_Latn") == {"fra_Latn": [0, 1, 2], "zho_Hans": [0, 2]}
+    assert "zho_Hans: 1 id(s)" in caplog.text
+    assert pair_ids(grouped, "eng_Latn", ["zho_Hans"]) == {"zho_Hans": [0, 2]}
+    with pytest.raises(ValueError, match="Reference language"):
+        pair_ids(grouped, "deu_Latn")
 
 
 def test_shipped_parallel_sample_is_parallel():
