@@ -1,5 +1,7 @@
 """``hf-adapters ifeval --output DIR``: generate a response to each IFEval prompt with a model, score
 them, and write ``DIR/samples.jsonl`` and ``DIR/results.json``; print lm-eval's table.
+``--log-format lm-eval`` (or ``both``) writes lm-eval's ``DIR/<model>/results_<time>.json`` and
+``samples_ifeval_<time>.jsonl`` (:mod:`hf_adapters.ifeval.lm_eval_logs`).
 
 Resumable: rerun the same command after a kill and it continues with the prompts not yet generated.
 """
@@ -10,6 +12,7 @@ import argparse
 import sys
 
 from ..ifeval.end_to_end import DEFAULT_MAX_NEW_TOKENS
+from ..ifeval.lm_eval_logs import LOG_FORMATS
 from ..options import DEFAULT_GENERATION_BATCH_SIZE, DEFAULT_MODEL_ID, DTYPES
 from ..wording import plural
 from .arguments import add_progress_argument, hide_library_progress, one_line, positive_int
@@ -21,7 +24,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description="Generate a greedy response to each IFEval prompt (one user turn of the model's chat template, "
         "at most --max-new-tokens tokens, stopping at the end of turn), score it with the 25 instruction checks, "
         "and write DIR/samples.jsonl (one line per prompt) and DIR/results.json (lm-eval's four accuracies, the "
-        "model's identity, the settings and the date). Rerun the same command to resume a killed run.",
+        "model's identity, the settings and the date), or lm-eval's own results and samples files "
+        "(--log-format). Rerun the same command to resume a killed run.",
     )
     parser.add_argument("--output", required=True, metavar="DIR", help="folder for samples.jsonl and results.json")
     parser.add_argument("--model", default=DEFAULT_MODEL_ID,
@@ -42,6 +46,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--backend", default=None, metavar="NAME",
                         help="what generates: transformers (the default) or vllm (where vLLM is installed; its "
                         "greedy responses are vLLM's, not checked against decoding each prompt alone)")
+    parser.add_argument("--log-format", choices=LOG_FORMATS, default="hf-adapters",
+                        help="which results a finished run writes: DIR/results.json (hf-adapters, the default); "
+                        "lm-eval's DIR/<model>/results_<time>.json and samples_ifeval_<time>.jsonl, as "
+                        "`lm_eval --log_samples --apply_chat_template` writes them (lm-eval); or both. "
+                        "samples.jsonl and run.json are always kept (they resume the run); rerunning a finished "
+                        "run with another format rewrites its results without generating, and removes the "
+                        "other format's")
     parser.add_argument("--overwrite", action="store_true", help="discard another run's samples in DIR")
     add_progress_argument(parser)
     parser.set_defaults(run=run)
@@ -50,6 +61,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..backends import backend_class
     from ..ifeval.end_to_end import results_table, run_ifeval, run_manifest, run_settings
+    from ..ifeval.lm_eval_logs import LmEvalRun
     from ..ifeval.prompts import prompts_source, read_prompts
     from ..ifeval.registry import IFEvalInputError
     from ..ifeval.run_folder import check_folder
@@ -58,7 +70,8 @@ def run(args: argparse.Namespace) -> int:
     if not args.progress:
         hide_library_progress()
     try:
-        rows = read_prompts(args.data)[: args.limit]
+        all_rows = read_prompts(args.data)
+        rows = all_rows[: args.limit]
         data = prompts_source(args.data)
         settings = run_settings(args.max_new_tokens, args.strip_thinking)
         backend_type = backend_class(args.backend or "transformers")
@@ -68,7 +81,9 @@ def run(args: argparse.Namespace) -> int:
         backend = backend_type.from_pretrained(args.model, dtype=args.dtype, device=args.device)
         results = run_ifeval(backend, rows, args.output, max_new_tokens=args.max_new_tokens,
                              batch_size=args.batch_size, strip=args.strip_thinking, data=data,
-                             overwrite=args.overwrite, progress=args.progress)
+                             overwrite=args.overwrite, progress=args.progress, log_format=args.log_format,
+                             lm_eval_run=LmEvalRun(limit=args.limit, prompts_in_file=len(all_rows),
+                                                   device=args.device))
     except (ValueError, IFEvalInputError, ModelLoadError, FileNotFoundError) as error:
         print(f"error: {one_line(error)}", file=sys.stderr)
         return 2
@@ -79,5 +94,7 @@ def run(args: argparse.Namespace) -> int:
           f"{plural(run_stats['prompts_generated'], 'response')}, {plural(run_stats['tokens_generated'], 'token')} "
           f"in {run_stats['seconds']:.1f} s ({rate:.1f} tokens/s)")
     print(results_table(results))
-    print(f"\nSamples and results written to {args.output}/samples.jsonl and {args.output}/results.json")
+    written = [] if args.log_format == "lm-eval" else ["results.json"]
+    written += results.get("lm_eval_files", [])
+    print(f"\nSamples and results written to {args.output}: samples.jsonl, {', '.join(written)}")
     return 0

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..wording import plural
-from . import run_folder
+from . import lm_eval_logs, run_folder
 from .evaluation import aggregate, score_rows
 from .prompts import prompt_token_ids
 from .responses import decode_response, response_fields
@@ -97,6 +97,8 @@ def run_ifeval(
     data: Mapping[str, Any] | None = None,
     overwrite: bool = False,
     progress: bool = True,
+    log_format: str = "hf-adapters",
+    lm_eval_run: lm_eval_logs.LmEvalRun | None = None,
 ) -> dict[str, Any]:
     """Generate, score and record every IFEval row (checked prompts: :mod:`hf_adapters.ifeval.prompts`).
 
@@ -106,10 +108,18 @@ def run_ifeval(
     does not report responses as they end has its samples saved when it returns). ``strip``
     removes a leading thinking block before scoring (the samples keep the raw text too). ``data``
     names the prompt file (:func:`~hf_adapters.ifeval.prompts.prompts_source`).
+    ``log_format`` (:data:`~hf_adapters.ifeval.lm_eval_logs.LOG_FORMATS`) says which results a
+    finished run writes: ``output/results.json`` (``hf-adapters``), lm-eval's results and samples
+    files (``lm-eval``: :mod:`hf_adapters.ifeval.lm_eval_logs`, told ``lm_eval_run``), or both; the
+    ones of another format left by an earlier run of the folder are removed.
     Returns what ``output/results.json`` holds: lm-eval's four accuracies, their counts, the model's
-    identity, the settings, the data and the date.
+    identity, the settings, the data and the date (and, where written, lm-eval's files' paths
+    under ``output``).
     """
+    if log_format not in lm_eval_logs.LOG_FORMATS:
+        raise ValueError(f"log_format must be one of {', '.join(lm_eval_logs.LOG_FORMATS)}, got {log_format!r}")
     started = time.perf_counter()
+    started_at = time.time()
     output = Path(output)
     settings = run_settings(max_new_tokens, strip)
     manifest = run_manifest(backend.identity(), settings, data or {})
@@ -150,7 +160,17 @@ def run_ifeval(
             **manifest,
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         }
-        run_folder.write_results(output, results)
+        if log_format == "hf-adapters":
+            lm_eval_logs.remove_logs(output)
+        else:
+            written = lm_eval_logs.write_logs(output, backend, rows, ordered, manifest, lm_eval_run,
+                                              max_new_tokens=max_new_tokens, batch_size=batch_size,
+                                              started=started_at, seconds=time.perf_counter() - started)
+            results["lm_eval_files"] = [str(path.relative_to(output)) for path in written]
+        if log_format == "lm-eval":
+            (output / run_folder.RESULTS).unlink(missing_ok=True)
+        else:
+            run_folder.write_results(output, results)
     return results
 
 

@@ -5,8 +5,10 @@ model has loaded, before any sample. ``samples.jsonl`` gets one line per prompt,
 fsynced as its response ends, so a killed run loses only the responses in flight; when the run
 resumes, a torn last line is cut off, and any other line that is not a sample is skipped with a
 warning naming it (the samples after it are kept). Once every prompt has its line the file is
-rewritten in prompt order and ``results.json`` is written. A folder holding another run's samples
-(another model, other settings or another prompt file) is refused unless ``overwrite`` is set.
+rewritten in prompt order and ``results.json`` is written (or lm-eval's files:
+:mod:`hf_adapters.ifeval.lm_eval_logs`). A folder holding another run's samples (another model,
+other settings or another prompt file) is refused unless ``overwrite`` is set; it removes that
+run's results too.
 ``run.lock`` is held while a run writes, so a second run on the same folder stops at once; a run
 that finishes removes it.
 """
@@ -23,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..json_values import TORN, json_lines, json_safe, truncate_file, write_atomically
+from .lm_eval_logs import remove_logs
 from .prompts import is_prompt_key
 
 logger = logging.getLogger(__name__)
@@ -174,6 +177,7 @@ def start(folder: str | Path, manifest: Mapping[str, Any], overwrite: bool = Fal
     if not same:
         for name in (SAMPLES, RESULTS, MANIFEST):
             (folder / name).unlink(missing_ok=True)
+        remove_logs(folder)
     if not (folder / MANIFEST).exists():
         write_atomically(folder / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     return recover_samples(folder / SAMPLES) if same else []
