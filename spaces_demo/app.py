@@ -7,7 +7,8 @@ chart and the scored file for download (:mod:`space_outputs`).
 Run locally with ``python spaces_demo/app.py`` where ``hf_adapters`` is installed (in the Space,
 its folder sits beside this file); ``GRADIO_SERVER_NAME`` and ``GRADIO_SERVER_PORT`` are honoured.
 Script it with ``gradio_client`` through ``/perplexity``, ``/ifd``, ``/information_parity`` and
-``/ifeval``. Which models the model box accepts: :mod:`space_models`.
+``/ifeval``. Which models the model box accepts: :mod:`space_models`. Where vLLM is installed a
+*Backend* choice (``transformers`` or ``vllm``, the model endpoints' last input) says what runs the model.
 """
 
 from __future__ import annotations
@@ -34,10 +35,11 @@ from space_inputs import (  # noqa: F401
     ifd_task,
     load_rows,
 )
-from space_models import ModelRefused, load_allowed_model
+from space_models import DEFAULT_BACKEND, ModelRefused, backend_choices, load_allowed_backend
 from space_outputs import clip, histogram, pass_rate_chart, write_scored  # noqa: F401
 from space_tools import select_scored, token_losses
 
+from hf_adapters.backends import LikelihoodBackend
 from hf_adapters.conventions import IFD_CONVENTIONS
 from hf_adapters.ifeval import RowResult, aggregate
 from hf_adapters.json_values import json_safe
@@ -46,22 +48,24 @@ from hf_adapters.models import DEFAULT_MODEL_ID, ModelLoadError
 logger = logging.getLogger(__name__)
 
 
-def _model(model_id: str | None, progress: Callable | None):
+def _model(model_id: str | None, progress: Callable | None,
+           backend: str = DEFAULT_BACKEND) -> tuple[str, LikelihoodBackend]:
+    """The model box's id and its model on ``backend``."""
     model_id = (model_id or "").strip()
     if not model_id:
         raise InputError("Enter a model id (e.g. HuggingFaceTB/SmolLM2-135M-Instruct) or a local path.")
     if progress is not None:
         progress(0, desc=f"Loading {model_id}")
-    return model_id, *load_allowed_model(model_id)
+    return model_id, load_allowed_backend(model_id, backend)
 
 
 def score_with_model(task: Task, text: str | None, upload: str | None, model_id: str | None,
-                     progress: Callable | None = None):
-    """Score a model tab's rows: table, summary, histogram and scored file."""
+                     progress: Callable | None = None, backend: str = DEFAULT_BACKEND):
+    """Score a model tab's rows on ``backend``: table, summary, histogram and scored file."""
     rows, fmt = load_rows(task, text, upload)
     task = task.for_rows(rows)
-    model_id, model, tokenizer = _model(model_id, progress)
-    result = task.build_scorer(model=model, tokenizer=tokenizer, progress=True).result_of_rows(rows)
+    model_id, scoring = _model(model_id, progress, backend)
+    result = task.build_scorer(backend=scoring, progress=True).result_of_rows(rows)
     per_row = {name: result[key] for name, key in task.outputs.items()}
     first = next(iter(per_row))
     table = pd.DataFrame({
@@ -70,7 +74,7 @@ def score_with_model(task: Task, text: str | None, upload: str | None, model_id:
            for column in shown_columns(task, rows)},
         **per_row,
     })
-    summary = {"model": model_id, "rows": len(rows),
+    summary = {"model": model_id, "backend": backend, "rows": len(rows),
                "valid_rows": sum(not math.isnan(value) for value in per_row[first]),
                **{key: json_safe(result[key]) for key in task.summary_keys}}
     scored = [{**row, **{name: values[i] for name, values in per_row.items()}} for i, row in enumerate(rows)]
@@ -141,15 +145,15 @@ def score_ifeval(text: str | None, upload: str | None, progress: Callable | None
 
 
 def generate_ifeval(key: Any, first_n: Any, max_new_tokens: Any, strip: bool, model_id: str | None,
-                    progress: Callable | None = None):
-    """Generate the loaded model's greedy responses to a chosen packaged IFEval prompt (or the first N)
-    and check them: the IFEval tab's outputs, the file in ``hf-adapters ifeval``'s samples format."""
+                    progress: Callable | None = None, backend: str = DEFAULT_BACKEND):
+    """Generate the model's greedy responses on ``backend`` to a chosen packaged IFEval prompt (or the
+    first N) and check them: the IFEval tab's outputs, the file in ``hf-adapters ifeval``'s samples format."""
     rows = chosen_rows(key, first_n)
-    model_id, model, tokenizer = _model(model_id, progress)
+    model_id, generating = _model(model_id, progress, backend)
     if progress is not None:
         progress(0, desc=f"Generating for {len(rows)} prompt(s)")
-    rows = generate_rows(rows, model, tokenizer, max_new_tokens, strip=bool(strip))
-    return ifeval_outputs(rows, "jsonl", {"model": model_id, "max_new_tokens": int(max_new_tokens),
+    rows = generate_rows(rows, generating, max_new_tokens, strip=bool(strip))
+    return ifeval_outputs(rows, "jsonl", {"model": model_id, "backend": backend, "max_new_tokens": int(max_new_tokens),
                                           "generated_tokens": sum(row["generated_tokens"] for row in rows)})
 
 
@@ -177,8 +181,8 @@ def readable_errors(function: Callable) -> Callable:
 # Gradio injects the progress tracker through a default argument of type gr.Progress.
 def _model_handler(task: Task) -> Callable:
     @readable_errors
-    def handler(text, upload, model_id, progress=gr.Progress(track_tqdm=True)):  # noqa: B008
-        return score_with_model(task, text, upload, model_id, progress)
+    def handler(text, upload, model_id, backend=DEFAULT_BACKEND, progress=gr.Progress(track_tqdm=True)):  # noqa: B008
+        return score_with_model(task, text, upload, model_id, progress, backend)
 
     handler.__name__ = f"{task.name}_handler"
     return handler
@@ -188,12 +192,12 @@ perplexity_handler, parity_handler = (_model_handler(task) for task in (PERPLEXI
 
 
 @readable_errors
-def ifd_handler(text, upload, model_id, direction="IFD", convention="exact",
+def ifd_handler(text, upload, model_id, direction="IFD", convention="exact", backend=DEFAULT_BACKEND,
                 progress=gr.Progress(track_tqdm=True)):  # noqa: B008
     """The IFD tab's outputs, then the settings they were scored with, which Select rows follows
     whatever the controls say by then (a ``gr.State``: not part of the API endpoint's outputs)."""
     scored_with = {"direction": direction, "convention": convention}
-    return *score_with_model(ifd_task(direction, convention), text, upload, model_id, progress), scored_with
+    return *score_with_model(ifd_task(direction, convention), text, upload, model_id, progress, backend), scored_with
 
 
 @readable_errors
@@ -202,9 +206,9 @@ def ifeval_handler(text, upload, progress=gr.Progress(track_tqdm=True)):  # noqa
 
 
 @readable_errors
-def ifeval_generate_handler(key, first_n, max_new_tokens, strip, model_id,
+def ifeval_generate_handler(key, first_n, max_new_tokens, strip, model_id, backend=DEFAULT_BACKEND,
                             progress=gr.Progress(track_tqdm=True)):  # noqa: B008
-    return generate_ifeval(key, first_n, max_new_tokens, strip, model_id, progress)
+    return generate_ifeval(key, first_n, max_new_tokens, strip, model_id, progress, backend)
 
 
 @readable_errors
@@ -216,17 +220,22 @@ def select_handler(scored_file, top_percent, below_one, scored_with=None):
 
 
 @readable_errors
-def diverse_select_handler(scored_file, top_percent, below_one, threshold, model_id, scored_with=None):
-    """DEITA's diverse selection of the scored file on the model's embeddings, and their 2-D picture."""
+def diverse_select_handler(scored_file, top_percent, below_one, threshold, model_id, scored_with=None,
+                           backend=DEFAULT_BACKEND):
+    """DEITA's diverse selection of the scored file on the model's embeddings (transformers only),
+    and their 2-D picture."""
+    if backend != DEFAULT_BACKEND:
+        raise InputError(f"The diverse selection needs the model's embeddings, which the {backend} backend does not "
+                         f"return: choose {DEFAULT_BACKEND} for it.")
     scored_with = scored_with or {}
     column = "r_ifd" if scored_with.get("direction") == "r-IFD" else "ifd"
-    return diverse_select_scored(scored_file, top_percent, below_one, threshold, *_model(model_id, None)[1:],
+    return diverse_select_scored(scored_file, top_percent, below_one, threshold, _model(model_id, None)[1],
                                  column=column, convention=scored_with.get("convention", "exact"))
 
 
 @readable_errors
-def tokens_handler(text, upload, model_id, row):
-    return token_losses(text, upload, row, *_model(model_id, None)[1:])
+def tokens_handler(text, upload, model_id, row, backend=DEFAULT_BACKEND):
+    return token_losses(text, upload, row, _model(model_id, None, backend)[1])
 
 
 INTRO = """# hf_adapters: data-quality scores for language data
@@ -237,10 +246,14 @@ generate the model's responses to IFEval prompts first).
 Paste a few rows or upload a JSONL/CSV file; an uploaded file is used instead of the text box.
 """
 
+#: What the backend choice means.
+BACKEND_INFO = ("vllm: the same scores, within float32 rounding, on a vLLM engine started once per model (some "
+                "30 s on a CPU); the diverse selection needs transformers.")
+
 TABS = [(PERPLEXITY, perplexity_handler), (IFD, ifd_handler), (PARITY, parity_handler), (IFEVAL, ifeval_handler)]
 
 
-def _ifeval_generation(model_box: gr.Textbox) -> tuple[gr.Button, list]:
+def _ifeval_generation(model_box: gr.Textbox, backend: list) -> tuple[gr.Button, list]:
     """The IFEval tab's second way in: the model in the model box answers packaged IFEval prompts.
     Returns its button and the button's inputs; the tab wires it to its outputs."""
     with gr.Accordion("…or generate responses with the model, then check them", open=False):
@@ -260,10 +273,12 @@ def _ifeval_generation(model_box: gr.Textbox) -> tuple[gr.Button, list]:
             strip = gr.Checkbox(value=False, label="Remove a leading <think>…</think> block (reasoning models)",
                                 elem_id="ifeval-strip-thinking")
         button = gr.Button("Generate and check", elem_id="ifeval-generate")
-    return button, [choice, first_n, max_new_tokens, strip, model_box]
+    return button, [choice, first_n, max_new_tokens, strip, model_box, *backend]
 
 
-def _tab(task: Task, handler: Callable, model_box: gr.Textbox) -> None:
+def _tab(task: Task, handler: Callable, model_box: gr.Textbox, backend: list) -> None:
+    """One tab; ``backend`` holds the backend choice, where the Space offers one (the last input of
+    everything that runs the model)."""
     with gr.Tab(task.title, id=task.name):
         gr.Markdown(f"{task.description}\n\n**Input:** {task.help}")
         with gr.Row():
@@ -272,7 +287,7 @@ def _tab(task: Task, handler: Callable, model_box: gr.Textbox) -> None:
             upload = gr.File(label="…or upload a .jsonl / .csv file", file_types=[".jsonl", ".json", ".csv"],
                              scale=1, elem_id=f"{task.name}-upload")
         button = gr.Button("Score", variant="primary", elem_id=f"{task.name}-run")
-        generation = _ifeval_generation(model_box) if task is IFEVAL else None
+        generation = _ifeval_generation(model_box, backend) if task is IFEVAL else None
         with gr.Row():
             summary = gr.JSON(label="Summary", elem_id=f"{task.name}-summary", scale=1)
             chart = gr.Plot(label="Chart", elem_id=f"{task.name}-chart", scale=2)
@@ -287,6 +302,8 @@ def _tab(task: Task, handler: Callable, model_box: gr.Textbox) -> None:
             convention = gr.Dropdown(list(IFD_CONVENTIONS), value="exact", label="Convention", info=IFD_CONVENTION_INFO,
                                      elem_id="ifd-convention")
             inputs += [direction, convention]
+        if task is not IFEVAL:
+            inputs += backend
         outputs = [table, summary, chart, download]
         if task is IFD:
             scored_with = gr.State(None)
@@ -314,7 +331,7 @@ def _tab(task: Task, handler: Callable, model_box: gr.Textbox) -> None:
                 picture = gr.Plot(label="The rows' embeddings in 2-D, kept rows filled", elem_id="ifd-projection",
                                   scale=2)
             pick_diverse.click(diverse_select_handler,
-                               inputs=[download, top, below_one, threshold, model_box, scored_with],
+                               inputs=[download, top, below_one, threshold, model_box, scored_with, *backend],
                                outputs=[diverse, picture], api_name=False)
         if task is PERPLEXITY:
             with gr.Row():
@@ -322,18 +339,24 @@ def _tab(task: Task, handler: Callable, model_box: gr.Textbox) -> None:
                 show = gr.Button("Show its tokens, coloured by loss", elem_id="perplexity-tokens")
             tokens = gr.HighlightedText(label="Tokens (darker: harder for the model)", elem_id="perplexity-token-view",
                                         show_legend=False)
-            show.click(tokens_handler, inputs=[text, upload, model_box, row], outputs=tokens, api_name=False)
+            show.click(tokens_handler, inputs=[text, upload, model_box, row, *backend], outputs=tokens,
+                       api_name=False)
 
 
 def build_demo(default_model: str = DEFAULT_MODEL_ID) -> gr.Blocks:
-    """The four-tab app; each Score button is an API endpoint named after its tab."""
+    """The four-tab app; each Score button is an API endpoint named after its tab. The backend choice
+    is there only where the Space offers more than transformers."""
     with gr.Blocks(title="hf_adapters scores") as demo:
         gr.Markdown(INTRO)
-        model_box = gr.Textbox(value=default_model, elem_id="model-id",
-                               label="Model for Perplexity, IFD, Information Parity and IFEval's generation")
+        choices = backend_choices()
+        with gr.Row():
+            model_box = gr.Textbox(value=default_model, elem_id="model-id", scale=3,
+                                   label="Model for Perplexity, IFD, Information Parity and IFEval's generation")
+            backend = [gr.Radio(choices, value=DEFAULT_BACKEND, label="Backend", elem_id="backend", scale=1,
+                                info=BACKEND_INFO)] if len(choices) > 1 else []
         with gr.Tabs():
             for task, handler in TABS:
-                _tab(task, handler, model_box)
+                _tab(task, handler, model_box, backend)
     return demo
 
 

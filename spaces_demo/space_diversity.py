@@ -69,7 +69,7 @@ def row_text(row: dict, tokenizer) -> str:
 
 
 def diverse_select_scored(scored_file: str | None, top_percent: float, below_one: bool, threshold: float,
-                          model, tokenizer, column: str = "ifd", convention: str = "exact"):
+                          backend: TransformersBackend, column: str = "ifd", convention: str = "exact"):
     """DEITA's selection from a scored file: best first, a row kept unless its cosine similarity
     (last-token embeddings, DEITA's) to a kept row is above ``threshold``, until as many rows as
     the top ``top_percent`` % are kept. Returns the file of kept rows and the projection figure."""
@@ -77,8 +77,7 @@ def diverse_select_scored(scored_file: str | None, top_percent: float, below_one
         raise InputError("Score some rows first: the selection is taken from the scored file.")
     rows = read_records(scored_file)
     scores = [_number(row.get(column)) for row in rows]
-    backend = TransformersBackend(model, tokenizer)
-    vectors = embed_texts([row_text(row, tokenizer) for row in rows], pooling="last", backend=backend)
+    vectors = embed_texts([row_text(row, backend.tokenizer) for row in rows], pooling="last", backend=backend)
     indices, _ = diverse_selection(scores, vectors, "deita", top=top_percent / 100,
                                    similarity_threshold=threshold, max_score=1.0 if below_one else None,
                                    convention=convention if convention in SELECTION_CONVENTIONS else "exact",

@@ -8,7 +8,7 @@ from typing import Any
 
 from space_inputs import InputError
 
-from hf_adapters.backends import TransformersBackend
+from hf_adapters.backends import LikelihoodBackend
 from hf_adapters.ifeval.prompts import prompt_token_ids, read_prompts
 from hf_adapters.ifeval.responses import decode_response, response_fields
 
@@ -50,14 +50,14 @@ def chosen_rows(key: Any, first_n: Any) -> list[dict[str, Any]]:
     return matches
 
 
-def generate_rows(rows: list[dict[str, Any]], model, tokenizer, max_new_tokens: Any, strip: bool = False,
+def generate_rows(rows: list[dict[str, Any]], backend: LikelihoodBackend, max_new_tokens: Any, strip: bool = False,
                   progress: bool = True) -> list[dict[str, Any]]:
     """``rows`` with the model's greedy ``response`` (and ``raw_response`` when ``strip`` removed a thinking block)."""
     max_new_tokens = int(max_new_tokens or DEFAULT_NEW_TOKENS)
     if not 1 <= max_new_tokens <= MAX_NEW_TOKENS:
         raise InputError(f"Max new tokens must be from 1 to {MAX_NEW_TOKENS}.")
-    outputs = TransformersBackend(model, tokenizer).generate(prompt_token_ids(tokenizer, rows),
-                                                             max_new_tokens=max_new_tokens, progress=progress)
+    tokenizer = backend.tokenizer
+    outputs = backend.generate(prompt_token_ids(tokenizer, rows), max_new_tokens=max_new_tokens, progress=progress)
     generated = []
     for row, tokens in zip(rows, outputs, strict=True):
         generated.append({**row, **response_fields(decode_response(tokenizer, tokens), strip),

@@ -6,6 +6,9 @@ lists (comma-separated ids or server paths; the default model always). Anything 
 message that says nothing of the server's files. Run locally without either variable, it loads
 any id or path. At most ``HF_ADAPTERS_SPACE_MAX_MODELS`` (default 2) models stay loaded; the
 least recently used is dropped first.
+
+Where vLLM is installed the Space also scores on the ``vllm`` backend: one engine per model, started
+on first use and kept for the life of the process (so, restricted, it runs only the listed models).
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ import re
 import threading
 from collections import OrderedDict
 
+from hf_adapters.backends import LikelihoodBackend, TransformersBackend, VLLMBackend
+from hf_adapters.backends.vllm_model import vllm_version
 from hf_adapters.models import DEFAULT_MODEL_ID, ModelLoadError, clear_model_cache, load_model
 
 #: A hub repository id: ``name`` or ``owner/name``, letters, digits, ``-``, ``_`` and ``.``, no ``..``.
@@ -23,6 +28,8 @@ HUB_ID = re.compile(r"^(?!.*\.\.)[A-Za-z0-9][\w.-]{0,95}(/[A-Za-z0-9][\w.-]{0,95
 #: The ids of the models kept loaded, least recently used first.
 _RECENT: OrderedDict[str, None] = OrderedDict()
 _LOCK = threading.Lock()
+#: The backend the Space scores with unless told otherwise.
+DEFAULT_BACKEND = TransformersBackend.name
 
 
 class ModelRefused(ValueError):
@@ -71,3 +78,26 @@ def load_allowed_model(model_id: str):
             dropped, _ = _RECENT.popitem(last=False)
             clear_model_cache(dropped)
         return pair
+
+
+def backend_choices() -> list[str]:
+    """The backends this Space offers: transformers, and vllm where vLLM is installed (found, not imported)."""
+    return [DEFAULT_BACKEND, *([VLLMBackend.name] if vllm_version() is not None else [])]
+
+
+def load_allowed_backend(model_id: str, backend: str = DEFAULT_BACKEND) -> LikelihoodBackend:
+    """The model box's model on ``backend``, if allowed: the transformers model :func:`load_allowed_model`
+    keeps, or the model's vLLM engine, started on first use and never dropped."""
+    if backend not in backend_choices():
+        raise ModelRefused(f"This Space has no {backend!r} backend; choose {' or '.join(backend_choices())}.")
+    if backend == DEFAULT_BACKEND:
+        return TransformersBackend(*load_allowed_model(model_id))
+    if is_restricted() and model_id not in allowed_models():
+        raise ModelRefused(f"Could not load model {model_id!r} on {backend}: this Space runs there only the models "
+                           f"it lists (such as {DEFAULT_MODEL_ID}); choose {DEFAULT_BACKEND} for other hub models.")
+    try:
+        return VLLMBackend.from_pretrained(model_id)
+    except ModelLoadError:
+        if is_restricted():  # the message names the model's path
+            raise ModelRefused(f"Could not load model {model_id!r}.") from None
+        raise

@@ -10,6 +10,7 @@ from typing import Any
 from space_inputs import PERPLEXITY, InputError, load_rows
 from space_outputs import write_scored
 
+from hf_adapters.backends import LikelihoodBackend
 from hf_adapters.conventions import SELECTION_CONVENTIONS
 from hf_adapters.data_io import read_records
 from hf_adapters.selection import selection_indices
@@ -40,7 +41,8 @@ def _number(value: Any) -> float:
         return math.nan
 
 
-def token_losses(text: str | None, upload: str | None, row: float, model, tokenizer) -> list[tuple[str, float]]:
+def token_losses(text: str | None, upload: str | None, row: float,
+                 backend: LikelihoodBackend) -> list[tuple[str, float]]:
     """The tokens of one row of the perplexity tab (counting from 1) with their losses scaled to 0-1,
     for a ``gr.HighlightedText`` (darker: the model found the token harder)."""
     from hf_adapters.scorers import PerplexityScorer
@@ -49,7 +51,7 @@ def token_losses(text: str | None, upload: str | None, row: float, model, tokeni
     number = int(row or 1)
     if not 1 <= number <= len(rows):
         raise InputError(f"There are {len(rows)} rows; pick a row from 1 to {len(rows)}.")
-    scorer = PerplexityScorer(model=model, tokenizer=tokenizer, return_token_losses=True)
+    scorer = PerplexityScorer(backend=backend, return_token_losses=True)
     result = scorer.result({"text": [rows[number - 1]["text"]]})
     tokens, losses = result["tokens"][0], result["token_losses"][0]
     top = max(losses, default=0.0) or 1.0

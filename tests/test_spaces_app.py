@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import configparser
 import csv
+import importlib.util
 import json
 import math
 import re
@@ -228,6 +229,33 @@ def test_a_public_space_loads_listed_models_and_keeps_only_the_most_recent(app, 
     table, *_ = app.score_perplexity("Hello there.", None, public_space)
     assert len(table) == 1 and list(space_models._RECENT) == [public_space]
     assert earlier not in models._CACHE
+
+
+def test_the_backend_choice_is_there_only_where_vllm_is_installed(app):
+    offered = importlib.util.find_spec("vllm") is not None
+    assert app.backend_choices() == ["transformers", "vllm"][:1 + offered]
+    endpoints = {fn.api_name: [block.elem_id for block in fn.inputs] for fn in app.demo.fns.values()}
+    assert endpoints["perplexity"] == ["perplexity-input", "perplexity-upload", "model-id", *["backend"] * offered]
+    assert sum(inputs.count("backend") for inputs in endpoints.values()) == 6 * offered  # all that run the model
+
+
+def test_a_backend_the_space_does_not_offer_is_refused_with_a_message(app, tiny_model_dir):
+    with pytest.raises(gradio.Error, match="This Space has no 'ray' backend; choose transformers"):
+        app.perplexity_handler("Hello.", None, tiny_model_dir, "ray")
+
+
+def test_the_diverse_selection_on_vllm_says_it_needs_transformers(app, tiny_model_dir):
+    path = app.write_scored([{"instruction": "Hi?", "input": "", "output": "Hello.", "ifd": 0.5}], "jsonl", "ifd")
+    with pytest.raises(gradio.Error, match="needs the model's embeddings, which the vllm backend does not return"):
+        app.diverse_select_handler(path, 50, True, 0.9, tiny_model_dir, None, "vllm")
+
+
+def test_a_public_space_runs_only_its_listed_models_on_vllm(app, public_space, monkeypatch):
+    import space_models
+
+    monkeypatch.setattr(space_models, "backend_choices", lambda: ["transformers", "vllm"])
+    with pytest.raises(gradio.Error, match="runs there only the models it lists"):
+        app.perplexity_handler("Hello.", None, "HuggingFaceTB/SmolLM2-360M-Instruct", "vllm")
 
 
 def test_the_ifd_tab_scores_pasted_conversations_turn_by_turn(app, tiny_model_dir):

@@ -33,6 +33,7 @@ from hf_adapters.information_parity import compute_information_parity  # noqa: E
 from hf_adapters.perplexity import compute_perplexity  # noqa: E402
 from hf_adapters.scorers import ConversationIFDScorer  # noqa: E402
 from tests.conftest import assert_exact, float64_copy, write_jsonl  # noqa: E402
+from tests.spaces_fixtures import load_app  # noqa: E402
 from tests.test_backends import TEXTS, naive_perplexities  # noqa: E402
 from tests.test_conversations import CONVERSATIONS, naive_conversation_ifd  # noqa: E402
 from tests.test_ifd import INPUTS, INSTRUCTIONS, OUTPUTS  # noqa: E402
@@ -127,6 +128,50 @@ def test_the_identity_names_the_backend_and_the_vllm_version(engine, model_dir):
     assert identity["backend"] == "vllm" and identity["vllm"] and identity["dtype"] == "float32"
     assert identity != TransformersBackend.identify(model_dir)
     assert backend_class("vllm").identify(model_dir)["files"] == identity["files"]
+
+
+def test_the_space_scores_tokens_and_generates_on_vllm_as_on_transformers(engine, model_dir):
+    """The Space's handlers with the backend choice vllm: the same scores within the bound, the same
+    token shades and the same greedy response (the fixture's engine serves them: one per model)."""
+    app = load_app()
+    backends = ("vllm", "transformers")
+    for task in (app.PERPLEXITY, app.IFD, app.PARITY):
+        (table, summary, *_), (expected, *_) = (app.score_with_model(task, task.example, None, model_dir, None, name)
+                                                for name in backends)
+        assert summary["backend"] == "vllm"
+        for column in task.outputs:
+            assert list(table[column]) == pytest.approx(list(expected[column]), rel=4e-5)
+    tokens, expected_tokens = (app.tokens_handler(TEXTS[0], None, model_dir, 1, name) for name in backends)
+    assert [token for token, _ in tokens] == [token for token, _ in expected_tokens]
+    assert [shade for _, shade in tokens] == pytest.approx([shade for _, shade in expected_tokens], abs=2e-3)
+    response, expected_response = (list(app.ifeval_generate_handler(1001, 0, 6, False, model_dir, name)[0]["response"])
+                                   for name in backends)
+    assert response == expected_response
+
+
+def test_the_lm_eval_model_on_vllm_gives_the_transformers_backends_numbers(engine, model, tokenizer):
+    """lm-eval's three request types through ``hf-adapters`` with backend=vllm: the log-likelihoods
+    and greedy flags, the rolling totals (several windows) and the responses of the transformers backend."""
+    lm_eval_model = pytest.importorskip("hf_adapters.integrations.lm_eval_harness.model")
+    from lm_eval.api.instance import Instance
+
+    def pair(**settings):
+        return (lm_eval_model.HFAdaptersLM(backend, **settings)
+                for backend in (engine, TransformersBackend(model, tokenizer)))
+
+    on_vllm, on_transformers = pair()
+    context = tokenizer.encode(TEXTS[0])
+    greedy = on_transformers.backend.generate([context], max_new_tokens=3, stop_token_ids=[])[0]
+    requests = [(("", ""), context, continuation) for continuation in (greedy, tokenizer.encode(" Cats"))]
+    mine, expected = (lm._loglikelihood_tokens(requests) for lm in (on_vllm, on_transformers))
+    assert [flag for _, flag in mine] == [flag for _, flag in expected] == [True, False]
+    assert [value for value, _ in mine] == pytest.approx([value for value, _ in expected], rel=2e-5)
+    rolling = [Instance("loglikelihood_rolling", {}, (text,), i) for i, text in enumerate(TEXTS[:3])]
+    windowed, expected_windowed = (lm.loglikelihood_rolling(rolling) for lm in pair(max_length=8))
+    assert windowed == pytest.approx(expected_windowed, rel=2e-5)
+    settings = {"until": ["\n"], "do_sample": False, "max_gen_toks": 8}
+    prompts = [Instance("generate_until", {}, (text, settings), i) for i, text in enumerate(TEXTS[:3])]
+    assert on_vllm.generate_until(prompts) == on_transformers.generate_until(prompts)
 
 
 def _score_file(tmp_path, model_dir, name, *options):
