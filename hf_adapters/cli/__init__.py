@@ -44,9 +44,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
-    if rest and not getattr(args, "passes_arguments_on", False):
+    if getattr(args, "passes_arguments_on", False):
+        args.arguments = rest
+    elif rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
-    args.arguments = rest
     try:
         import_plugins(args)
     except PluginError as error:

@@ -123,8 +123,8 @@ class HFAdaptersLM(TemplateLM):
         settings = {} if add_special_tokens is None else {"add_special_tokens": add_special_tokens}
         return self.tokenizer.encode(string, **settings)
 
-    def _score(self, items: list[tuple[list[int], list[int]]], disable_tqdm: bool, desc: str):
-        return self.backend.score_checked(items, truncate=False, greedy=True, batch_size=self.rows_per_batch,
+    def _score(self, items: list[tuple[list[int], list[int]]], disable_tqdm: bool, desc: str, greedy: bool = False):
+        return self.backend.score_checked(items, truncate=False, greedy=greedy, batch_size=self.rows_per_batch,
                                           progress=False if disable_tqdm else None, desc=desc)
 
     def _loglikelihood_tokens(self, requests: Sequence[tuple[tuple[str, str], list[int], list[int]]],
@@ -138,7 +138,7 @@ class HFAdaptersLM(TemplateLM):
                                  f"more than max_length={self.max_length}: it cannot be scored in one window.")
             keep = self.max_length + 1 - len(continuation_ids)
             items.append((list(context_ids)[-keep:], list(continuation_ids)))
-        return [(-score.nll, score.greedy) for score in self._score(items, disable_tqdm, "loglikelihood")]
+        return [(-score.nll, score.greedy) for score in self._score(items, disable_tqdm, "loglikelihood", greedy=True)]
 
     def loglikelihood_rolling(self, requests: Sequence[Any], disable_tqdm: bool = False) -> list[float]:
         """The log-likelihood of each whole text, every token scored once in lm-eval's disjoint windows
