@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from .perplexity import PerplexityOptions, compute_perplexity
     from .scorers import build_scorer
     from .selection import select
+    from .selection_rules import select_by_rule
     from .token_selection import rho1_labels
 
 #: Each public name, and the module it comes from.
@@ -68,6 +69,7 @@ _EXPORTS = {
     "build_scorer": "scorers",
     "score_dataset": "jobs",
     "select": "selection",
+    "select_by_rule": "selection_rules",
     "to_messages": "conversations",
     "compute_excess_loss": "excess_loss",
     "add_excess_loss_column": "excess_loss_columns",

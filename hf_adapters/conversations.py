@@ -3,10 +3,13 @@ assistant turn, as a continuation, after its whole history rendered as the model
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from transformers import PreTrainedTokenizerBase
+
+logger = logging.getLogger(__name__)
 
 #: Roles of ``messages`` turns.
 ROLES = ("system", "user", "assistant")
@@ -17,6 +20,10 @@ SHAREGPT_ROLES = {"system": "system", "human": "user", "gpt": "assistant"}
 CHATML_TURN = "<|im_start|>{role}\n{content}<|im_end|>\n"
 #: ``last``: the last assistant turn; ``all``: every assistant turn, each after its full history.
 TURNS = ("last", "all")
+#: ChatML's markers: one token each in a tokenizer of a model trained on ChatML (Qwen, SmolLM2...).
+CHATML_MARKERS = ("<|im_start|>", "<|im_end|>")
+#: The (tokenizer, markers, fix) already warned about: each is said once per process.
+_warned_markers: set[tuple[str, int, tuple[str, ...], str]] = set()
 
 
 class ConversationError(ValueError):
@@ -58,6 +65,26 @@ def check_conversation_list(conversations: Any, name: str = "messages") -> list:
     return list(conversations)
 
 
+def checked_or_none(conversations: Sequence[Any], labels: Sequence[str]) -> list[list[dict[str, str]] | None]:
+    """Each conversation as messages (:func:`check_messages`), or None where it cannot be scored: a
+    warning then names it by its label in ``labels`` and says what is wrong (its scores are NaN)."""
+    checked = []
+    for label, conversation in zip(labels, conversations, strict=True):
+        try:
+            checked.append(check_messages(conversation))
+        except ConversationError as error:
+            logger.warning("%s: %s Its scores are NaN.", label, error)
+            checked.append(None)
+    return checked
+
+
+def spread(values: Sequence[Any], checked: Sequence[Any], missing: Any) -> list[Any]:
+    """The ``values`` of the conversations that were scored put back in place among all of ``checked``,
+    with ``missing`` for each None (one that could not be scored)."""
+    scored = iter(values)
+    return [missing if messages is None else next(scored) for messages in checked]
+
+
 def to_messages(row: Mapping[str, Any]) -> list[dict[str, str]]:
     """A row's conversation as messages: its ``messages`` field (OpenAI form) or its ``conversations``
     field (ShareGPT form); the field name decides."""
@@ -65,6 +92,26 @@ def to_messages(row: Mapping[str, Any]) -> list[dict[str, str]]:
         if row.get(field) is not None:
             return check_messages(row[field])
     raise ConversationError("the row has no `messages` or `conversations` field.")
+
+
+def missing_markers(tokenizer: PreTrainedTokenizerBase, template: str) -> list[str]:
+    """The ChatML markers that ``template`` uses and the tokenizer does not encode as one token."""
+    return [marker for marker in CHATML_MARKERS if marker in template and
+            len(tokenizer(marker, add_special_tokens=False).input_ids) != 1]
+
+
+def warn_missing_markers(tokenizer: PreTrainedTokenizerBase, templates: Sequence[str], what: str, fix: str) -> None:
+    """Warn, once per process for a tokenizer, when ``templates`` use ChatML markers that the tokenizer
+    does not hold as single tokens (the model never saw them as markers, so it scores a prompt format it
+    was not trained on): ``what`` (the text before the markers named) and ``fix``."""
+    missing = tuple(dict.fromkeys(marker for template in templates for marker in missing_markers(tokenizer, template)))
+    key = (tokenizer.name_or_path, len(tokenizer), missing, fix)
+    if not missing or key in _warned_markers:
+        return
+    _warned_markers.add(key)
+    name = f" ({tokenizer.name_or_path})" if tokenizer.name_or_path else ""
+    logger.warning("%s %s, which this tokenizer%s does not have as single tokens: they are split into pieces, and "
+                   "the model scores a prompt format it never saw. %s", what, " and ".join(missing), name, fix)
 
 
 def history_prompt(tokenizer: PreTrainedTokenizerBase, history: Sequence[Mapping[str, str]],
@@ -75,6 +122,14 @@ def history_prompt(tokenizer: PreTrainedTokenizerBase, history: Sequence[Mapping
     if template is None and tokenizer.chat_template:
         return tokenizer.apply_chat_template(list(history), add_generation_prompt=True, tokenize=False)
     layout = template or CHATML_TURN
+    if template is None:
+        warn_missing_markers(tokenizer, [layout], "The tokenizer has no chat template, so the turns are laid out in "
+                             "ChatML, with its markers", "Pass `turn_template`: the model's own turn layout, with "
+                             "{role} and {content}.")
+    else:
+        leave_out = ", or leave it out to use the tokenizer's chat template" if tokenizer.chat_template else ""
+        warn_missing_markers(tokenizer, [layout], "The `turn_template` uses ChatML's markers",
+                             f"Write `turn_template` in the model's own turn layout{leave_out}.")
     turns = "".join(layout.format(role=message["role"], content=message["content"]) for message in history)
     return turns + layout.split("{content}")[0].format(role="assistant")
 

@@ -187,7 +187,7 @@ _measured_long: dict[frozenset, LinearKernelChoice] = {}
 def choose_cpu_linear(model: torch.nn.Module, rows: int | None = None) -> LinearKernelChoice:
     """The kernel for the model's float32 CPU linear layers: forced by ``HF_ADAPTERS_CPU_LINEAR``,
     else the faster of the default BLAS and oneDNN on the model's weight shapes, measured once per
-    process and set of shapes and logged at INFO. A batch of ``rows`` positions at or above
+    process and set of shapes and logged at DEBUG (``--verbose`` shows it). A batch of ``rows`` positions at or above
     ``LONG_ROWS`` gets the choice measured at ``LONG_MEASURE_ROWS`` positions."""
     setting = cpu_linear_setting()
     if setting == "default":
@@ -206,7 +206,7 @@ def choose_cpu_linear(model: torch.nn.Module, rows: int | None = None) -> Linear
         rates = measure_linear_rates(shapes, rows=LONG_MEASURE_ROWS) if long else measure_linear_rates(shapes)
         kernel = max(rates, key=rates.get)
         measured[key] = LinearKernelChoice(kernel, "measured", rates)
-        logger.info(
+        logger.debug(
             "CPU float32 linear layers run on %s%s: on this model's shapes the default BLAS ran at %.1f GFLOP/s "
             "and oneDNN at %.1f GFLOP/s (set %s to override).",
             "oneDNN" if kernel == "onednn" else "the default BLAS",
@@ -299,7 +299,7 @@ _bfloat16_speedups: dict[frozenset, float] = {}
 def bfloat16_speedup(model: torch.nn.Module) -> float:
     """How many times the float32 rate bfloat16 products run at on this processor (against the faster
     float32 kernel), timed on the model's own linear-layer shapes once per process and set of shapes
-    and logged at INFO. Below 1, bfloat16 is slower here: a processor flag cannot tell (AVX512-BF16
+    and logged at DEBUG. Below 1, bfloat16 is slower here: a processor flag cannot tell (AVX512-BF16
     has been seen at 0.54x float32)."""
     shapes = linear_shapes(model, dtype=None)
     key = frozenset(shapes.items())
@@ -309,7 +309,7 @@ def bfloat16_speedup(model: torch.nn.Module) -> float:
         float32 = max(measure_linear_rates(shapes, kernels=candidates).values())
         bfloat16 = measure_linear_rates(shapes, kernels={"bfloat16": F.linear}, dtype=torch.bfloat16)["bfloat16"]
         _bfloat16_speedups[key] = bfloat16 / float32
-        logger.info("On this model's shapes bfloat16 products ran at %.1f GFLOP/s, %.2fx the float32 rate "
+        logger.debug("On this model's shapes bfloat16 products ran at %.1f GFLOP/s, %.2fx the float32 rate "
                     "(%.1f GFLOP/s).", bfloat16 / 1e9, bfloat16 / float32, float32 / 1e9)
     return _bfloat16_speedups[key]
 

@@ -11,7 +11,7 @@ import io
 import json
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -29,8 +29,12 @@ CHUNK_BYTES = 10 << 20
 
 def read_rows(source: str | Path, *, split: str | None = None, streaming: bool = False) -> Dataset | IterableDataset:
     """The rows people keep, as a ``datasets.Dataset`` in file order (with ``streaming``: an
-    ``IterableDataset`` that reads them as it goes). Rows without an ``id`` get ``""``, and so do
-    null ids in a column of text (a column of numbers keeps its nulls: a job writes them as ``""``).
+    ``IterableDataset`` that reads them as it goes). An ``id`` column is kept as it is, null ids in
+    a column of text read as ``""`` (a column of numbers keeps its nulls: a job writes them as
+    ``""``); data without one gets none (a job names those rows by their number: :func:`row_id`).
+    JSON ids are read exactly: a column of integers one of which is above ``2**63 - 1`` reads as
+    unsigned 64-bit integers (not as floats, which would change them), and an integer id that only
+    a float column could hold, inexactly, is refused naming its line.
 
     ``source`` is a JSONL, JSON (lines or a list of records), CSV or Parquet file; a folder of such
     shards, or a glob of them (``data/*.parquet``, ``shards/**/*.jsonl``), read in name order; a
@@ -46,8 +50,8 @@ def read_rows(source: str | Path, *, split: str | None = None, streaming: bool =
     Example:
         >>> from hf_adapters.data_io import read_rows
         >>> rows = read_rows("alpaca.json")  # doctest: +SKIP
-        >>> rows[0]["id"]  # doctest: +SKIP
-        ''
+        >>> rows.column_names  # doctest: +SKIP
+        ['instruction', 'input', 'output']
     """
     from datasets import load_dataset
 
@@ -58,12 +62,15 @@ def read_rows(source: str | Path, *, split: str | None = None, streaming: bool =
     elif (shards := data_files(source)) is not None:
         loader, files = shards
         options = _loader_options(loader, files)
+        ids = _exact_ids(files) if loader == "json" and _reads_as_floats(options, "id") else None
         try:
             dataset = load_dataset(loader, data_files=[str(file) for file in files], split="train",
                                    streaming=streaming, **options)
         except Exception as error:  # datasets wraps parse errors in several types
             where = files[0] if len(files) == 1 else Path(source)
             raise ValueError(f"Cannot read {str(where)!r} as {loader}: {_innermost(error)}") from error
+        if ids is not None:
+            dataset = _with_exact_ids(dataset, ids)
     else:
         dataset = _load_hub(source, split, streaming)
     return _with_ids(dataset if streaming else dataset.with_format(None))
@@ -474,34 +481,117 @@ def _load_saved(path: Path, split: str | None) -> Dataset:
     return next(iter(saved.values()))
 
 
+def _reads_as_floats(options: dict[str, Any], column: str) -> bool:
+    """Whether the loader ``options`` read ``column`` as floats."""
+    feature = options.get("features", {}).get(column)
+    return getattr(feature, "dtype", None) in ("float16", "float32", "float64")
+
+
+def _exact_ids(files: list[Path]) -> pa.Array | None:
+    """The ids of JSON shards whose ``id`` column reads as floats, exactly, as unsigned 64-bit integers
+    where every id is a whole number from 0 to ``2**64 - 1`` (pyarrow reads a column holding one above
+    ``2**63 - 1`` as floats, which would write ``12345678901234567890`` as ``1.2345678901234567e+19``
+    and ``5`` as ``5.0``); None where the ids are floats that lose nothing (fractions, and integers a
+    float holds exactly). A ValueError names the line of an integer id that a float would change."""
+    import pyarrow as pa
+    import pyarrow.json
+
+    ids = pyarrow.json.ParseOptions(explicit_schema=pa.schema([pa.field("id", pa.uint64())]),
+                                    unexpected_field_behavior="ignore")
+    arrays = []
+    try:
+        for file in files:
+            for chunk in _json_chunks(file):
+                arrays.append(pyarrow.json.read_json(io.BytesIO(chunk.data), parse_options=ids).column("id"))
+    except pa.ArrowInvalid:  # a fraction, a negative id or one beyond 64 bits: floats, if they lose nothing
+        for file in files:
+            with _naming(file, "json"):
+                _check_float_ids(file)
+        return None
+    return pa.chunked_array(arrays, pa.uint64()).combine_chunks()
+
+
+def _check_float_ids(file: Path) -> None:
+    """Raise a ValueError naming the first line of a JSON file whose id is an integer that a float
+    cannot hold exactly."""
+    for chunk in _json_chunks(file):
+        for number, line in enumerate(io.BytesIO(chunk.data), chunk.first_line):
+            if not line.strip():
+                continue
+            value = json.loads(line).get("id")
+            if isinstance(value, int) and not isinstance(value, bool) and float(value) != value:
+                raise ValueError(f"{chunk.unit} {number}: the id {value} would be read as the float {float(value)!r} "
+                                 "(the column also holds fractions, negative ids or ids beyond 64 bits, so it is "
+                                 f'read as floats); write the ids as strings ("{value}") to keep them exactly.')
+
+
+def _with_exact_ids(dataset: Dataset | IterableDataset, ids: pa.Array) -> Dataset | IterableDataset:
+    """``dataset`` (as the loader read it) with its ``id`` column, read as floats, replaced by ``ids``,
+    unsigned 64-bit integers."""
+    import pyarrow as pa
+    from datasets import Dataset, Features, Value
+
+    features = Features({**dataset.features, "id": Value("uint64")})
+    if not isinstance(dataset, Dataset):
+        return dataset.map(lambda batch, indices: {"id": ids.slice(indices[0] if indices else 0, len(indices))
+                                                   .to_pylist()}, with_indices=True, batched=True, features=features)
+    digest = hashlib.sha256(dataset._fingerprint.encode())
+    for buffer in ids.buffers():
+        digest.update(b"" if buffer is None else buffer)
+    table = dataset.data.set_column(dataset.column_names.index("id"), pa.field("id", pa.uint64()),
+                                    pa.chunked_array([ids]))
+    info = dataset.info.copy()
+    info.features = features
+    return Dataset(table, info=info, split=dataset.split, fingerprint=digest.hexdigest()[:32])
+
+
 def _holds_text(feature: Any) -> bool:
-    """Whether a column of ``feature`` can hold ``""``: text or nulls only, or no column yet (None)."""
-    return feature is None or getattr(feature, "dtype", None) in ("string", "large_string", "null")
+    """Whether a column of ``feature`` can hold ``""``: text or nulls only."""
+    return getattr(feature, "dtype", None) in ("string", "large_string", "null")
 
 
 def _with_ids(dataset: Dataset | IterableDataset) -> Dataset | IterableDataset:
-    """Rows without an ``id`` get ``""``, and so do null ids in a column that can hold text; a column
-    of other values (integers) keeps its type and its nulls, which :func:`written_id` writes as ``""``."""
+    """Null ids in a column that can hold text read as ``""``; a column of other values (integers)
+    keeps its type and its nulls, which :func:`written_id` writes as ``""``. Data without an ``id``
+    column gets none: a job names its rows by their number (:func:`row_id`)."""
     from datasets import Features, IterableDataset, Value
 
     if isinstance(dataset, IterableDataset):
         features = dataset.features
         if features is None:
             return dataset.map(_filled_ids, batched=True)
-        if not _holds_text(features.get("id")):
+        if "id" not in features or not _holds_text(features["id"]):
             return dataset
         return dataset.map(_filled_ids, batched=True, features=Features({**features, "id": Value("string")}))
     if "id" not in dataset.column_names:
-        return dataset.add_column("id", [""] * len(dataset))
+        return dataset
     if _holds_text(dataset.features["id"]) and dataset.data.column("id").null_count:
         return dataset.map(lambda row: {"id": "" if row["id"] is None else row["id"]}, desc="Filling missing ids")
     return dataset
 
 
 def _filled_ids(batch: dict[str, list]) -> dict[str, list]:
-    """A batch's ids, ``""`` for a null or missing one."""
-    ids = batch.get("id") or [None] * len(next(iter(batch.values())))
-    return {"id": ["" if value is None else value for value in ids]}
+    """A batch's text ids, ``""`` for a null one (nothing for a batch without ids)."""
+    if "id" not in batch or not all(value is None or isinstance(value, str) for value in batch["id"]):
+        return {}
+    return {"id": ["" if value is None else value for value in batch["id"]]}
+
+
+def row_id(row: Mapping[str, Any], index: int) -> Any:
+    """A row's id as a job writes it: its ``id`` field, or, for a row without one, its row number
+    ``index`` (its 0-based position in the data), so that every row of a score file is named and
+    can be joined to its data.
+
+    Example:
+        >>> row_id({"id": "a7", "text": "Hi."}, 3), row_id({"text": "Hi."}, 3)
+        ('a7', 3)
+    """
+    return row["id"] if "id" in row else index
+
+
+def row_ids(dataset: Dataset) -> list[Any]:
+    """Every row's id as :func:`row_id` gives it: the ``id`` column, else the row numbers."""
+    return dataset["id"] if "id" in dataset.column_names else list(range(len(dataset)))
 
 
 def written_id(value: Any) -> Any:

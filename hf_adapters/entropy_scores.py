@@ -15,6 +15,7 @@ that returns each token's NLL and predictive entropy from the same forward pass.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,8 +25,11 @@ import numpy as np
 
 from .backends import LikelihoodBackend
 from .conventions import peer_text_pairs
+from .ifd import labels_or_numbers
 from .likelihood import ContinuationScore
 from .options import OptionSpec, check_max_length
+
+logger = logging.getLogger(__name__)
 
 Pair = tuple[list[int], list[int]]
 
@@ -92,6 +96,18 @@ def prompt_pairs(tokenizer: Any, prompts: Sequence[str], answers: Sequence[str],
     return pairs
 
 
+def warn_unscored(pairs: Sequence[Pair | None], outputs: Sequence[str], labels: Sequence[str] | None, score: str,
+                  max_length: int | None) -> None:
+    """Warn, naming the row by its label in ``labels`` (default ``Row 0``, ``Row 1``...), for each row
+    without a pair: its output is empty, or no answer token is left within ``max_length``."""
+    for label, pair, output in zip(labels_or_numbers(labels, len(pairs)), pairs, outputs, strict=True):
+        if pair is None and not output:
+            logger.warning("%s has an empty output; its %s is NaN.", label, score)
+        elif pair is None:
+            logger.warning("%s: no answer token is left within max_length=%s; its %s is NaN.", label, max_length,
+                           score)
+
+
 def score_pairs(backend: LikelihoodBackend, pairs: Sequence[Pair | None], *, batch_size: int | None,
                 progress: bool | None, desc: str, token_losses: bool = False,
                 entropies: bool = False) -> list[ContinuationScore | None]:
@@ -114,12 +130,14 @@ def token_upd(nll: float, entropy: float, log_vocabulary: float) -> float:
 
 def score_upd(backend: LikelihoodBackend, instructions: Sequence[str], inputs: Sequence[str],
               outputs: Sequence[str], options: UPDOptions, *, batch_size: int | None = None,
-              progress: bool | None = None) -> dict:
-    """UPD of each row (``upd_scores``; NaN where no answer token is scored) and their mean (``mean_upd``).
-    Answer tokens equal to the pad token (else EOS) are left out, as the peer's code leaves them out."""
+              progress: bool | None = None, labels: Sequence[str] | None = None) -> dict:
+    """UPD of each row (``upd_scores``; NaN where no answer token is scored, with a warning naming the row
+    by its label in ``labels``) and their mean (``mean_upd``). Answer tokens equal to the pad token (else
+    EOS) are left out, as the peer's code leaves them out."""
     tokenizer = backend.tokenizer
     prompts = [upd_prompt(instruction, input) for instruction, input in zip(instructions, inputs, strict=True)]
     pairs = prompt_pairs(tokenizer, prompts, outputs, options.max_length, special_tokens=False)
+    warn_unscored(pairs, outputs, labels, "UPD", options.max_length)
     scores = score_pairs(backend, pairs, batch_size=batch_size, progress=progress, desc="UPD", token_losses=True,
                          entropies=True)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -151,13 +169,15 @@ def high_entropy_sum(entropies: Sequence[float], percentile_cutoff: float) -> fl
 
 def score_hes(backend: LikelihoodBackend, instructions: Sequence[str], inputs: Sequence[str],
               outputs: Sequence[str], options: HESOptions, *, batch_size: int | None = None,
-              progress: bool | None = None) -> dict:
-    """HES of each row (``hes_scores``, in bits; NaN for an empty answer or one cut off entirely) and the
-    number of answer tokens read (``completion_token_lengths``)."""
+              progress: bool | None = None, labels: Sequence[str] | None = None) -> dict:
+    """HES of each row (``hes_scores``, in bits; NaN for an empty answer or one cut off entirely, with a
+    warning naming the row by its label in ``labels``) and the number of answer tokens read
+    (``completion_token_lengths``)."""
     prompts = [instruction + ("\n" + input if input else "") for instruction, input in zip(instructions, inputs,
                                                                                           strict=True)]
     pairs = prompt_pairs(backend.tokenizer, prompts, outputs, options.max_length, special_tokens=True)
     pairs = [None if not output else pair for pair, output in zip(pairs, outputs, strict=True)]
+    warn_unscored(pairs, outputs, labels, "HES", options.max_length)
     scores = score_pairs(backend, pairs, batch_size=batch_size, progress=progress, desc="HES", entropies=True)
     bits = [[] if score is None else [entropy / math.log(2) for entropy in score.token_entropies] for score in scores]
     return {"hes_scores": [high_entropy_sum(row, options.percentile_cutoff) if row else math.nan for row in bits],
@@ -166,11 +186,14 @@ def score_hes(backend: LikelihoodBackend, instructions: Sequence[str], inputs: S
 
 def score_norm_loss(backend: LikelihoodBackend, instructions: Sequence[str], inputs: Sequence[str],
                     outputs: Sequence[str], options: NormLossOptions, *, batch_size: int | None = None,
-                    progress: bool | None = None) -> dict:
+                    progress: bool | None = None, labels: Sequence[str] | None = None) -> dict:
     """NormLoss of each row (``norm_losses``: mean NLL in bits of every token after the first of the
-    joined text; NaN for a text of one token)."""
+    joined text; NaN for a text of one token, with a warning naming the row by its label in ``labels``)."""
     texts = [upd_prompt(instruction, input) + output
              for instruction, input, output in zip(instructions, inputs, outputs, strict=True)]
     pairs = [pair if pair[1] else None for pair in peer_text_pairs(backend.tokenizer, texts, options.max_length)]
+    for label, pair in zip(labels_or_numbers(labels, len(pairs)), pairs, strict=True):
+        if pair is None:
+            logger.warning("%s: its text is one token, and the first is never scored; its NormLoss is NaN.", label)
     scores = score_pairs(backend, pairs, batch_size=batch_size, progress=progress, desc="NormLoss")
     return {"norm_losses": [math.nan if score is None else score.mean_nll / math.log(2) for score in scores]}

@@ -11,6 +11,7 @@ in one batched call each; they must share their tokenizer (:mod:`hf_adapters.ref
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -19,12 +20,17 @@ from typing import Any
 import numpy as np
 
 from .backends import BackendOptions, LikelihoodBackend
-from .conversations import TURNS, check_conversation_list, check_messages, check_turn_template, turn_pairs
+from .conversations import TURNS, check_conversation_list, check_turn_template, checked_or_none, spread, turn_pairs
 from .ifd import labels_or_numbers
 from .likelihood import ContinuationScore, Item, combined
 from .options import OptionSpec, check_choice, check_max_length, split_options, takes_options
 from .reference_models import ReferenceOptions, check_same_items, check_same_vocabulary
 from .texts import check_texts, text_items, token_strings
+
+logger = logging.getLogger(__name__)
+
+#: The per-row outputs of ``return_token_losses`` (a list per row).
+TOKEN_KEYS = ("tokens", "token_excess_losses", "token_losses", "reference_token_losses")
 
 
 @dataclass(frozen=True)
@@ -163,6 +169,10 @@ def score_conversation_excess_loss(
         if reference.tokenizer is not backend.tokenizer:
             check_same_items(pairs, turn_pairs(reference.tokenizer, messages, options.turns, options.turn_template),
                              [label] * len(pairs))
+        pairs = [pair for pair in pairs if pair[1]]  # an empty turn has no token to score
+        if not pairs:
+            logger.warning("%s has no assistant token to score (%s empty); its excess loss is NaN.", label,
+                           "its last assistant turn is" if options.turns == "last" else "every assistant turn is")
         per_conversation.append(len(pairs))
         items.extend(pairs)
     scores, references = score_excess_loss_items(backend, reference, items, max_length=options.max_length,
@@ -198,9 +208,10 @@ def compute_excess_loss(predictions: Sequence[str] | None = None, *,
     """Excess loss of each text (or conversation's assistant tokens) under a model against a reference model.
 
     Returns ``excess_losses`` (per row, the mean of ``L_model - L_ref`` over its scored tokens, in nats;
-    NaN where nothing was scored), ``excess_loss_sums``, both models' mean NLLs (``losses``,
-    ``reference_losses``) and ``mean_excess_loss``; ``return_token_losses`` adds, per row, ``tokens``,
-    ``token_excess_losses``, ``token_losses`` and ``reference_token_losses``. The model is named by the
+    NaN where nothing was scored, and for a conversation that cannot be scored, with a warning naming
+    the row), ``excess_loss_sums``, both models' mean NLLs (``losses``, ``reference_losses``) and
+    ``mean_excess_loss``; ``return_token_losses`` adds, per row, ``tokens``, ``token_excess_losses``,
+    ``token_losses`` and ``reference_token_losses`` (empty for a row without a score). The model is named by the
     options of :class:`~hf_adapters.backends.BackendOptions`, the reference by those of
     :class:`~hf_adapters.reference_models.ReferenceOptions`; both must share the tokenizer
     (a :class:`~hf_adapters.reference_models.TokenizerMismatchError` before any row is scored).
@@ -218,9 +229,16 @@ def compute_excess_loss(predictions: Sequence[str] | None = None, *,
         if predictions is not None:
             raise ValueError("Pass `messages` (conversations) or `predictions` (texts), not both.")
         spec.check_conversations()
-        conversations = [check_messages(conversation) for conversation in check_conversation_list(messages)]
-        return score_conversation_excess_loss(run.load(), spec.load(dtype=run.dtype, device=run.device), conversations,
-                                              spec, batch_size=run.batch_size, progress=run.progress)
+        conversations = check_conversation_list(messages)
+        labels = labels_or_numbers(None, len(conversations))
+        checked = checked_or_none(conversations, labels)
+        result = score_conversation_excess_loss(
+            run.load(), spec.load(dtype=run.dtype, device=run.device), [m for m in checked if m is not None], spec,
+            batch_size=run.batch_size, progress=run.progress,
+            labels=[label for label, m in zip(labels, checked, strict=True) if m is not None])
+        for key in result.keys() - {"mean_excess_loss"}:
+            result[key] = spread(result[key], checked, [] if key in TOKEN_KEYS else math.nan)
+        return result
     check_texts(predictions)
     spec.check_rows()
     return score_excess_loss(run.load(), spec.load(dtype=run.dtype, device=run.device), predictions, spec,

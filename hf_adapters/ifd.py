@@ -24,7 +24,7 @@ import numpy as np
 
 from .backends import BackendOptions, LikelihoodBackend
 from .conventions import IFD_CONVENTIONS, IFDConvention, Pair, peer_ifd_pairs
-from .conversations import TURNS, check_turn_template, turn_pairs
+from .conversations import TURNS, check_turn_template, turn_pairs, warn_missing_markers
 from .likelihood import ContinuationScore, combined
 from .options import DEFAULT_MAX_LENGTH, OptionSpec, check_choice, check_max_length, split_options, takes_options
 from .texts import token_strings
@@ -200,6 +200,20 @@ def prompt_text(
     if input:
         return template.format(instruction=instruction, input=input)
     return template_no_input.format(instruction=instruction)
+
+
+def warn_template_markers(tokenizer: PreTrainedTokenizerBase, options: IFDOptions) -> None:
+    """Warn (once per tokenizer) if the prompt templates use ChatML markers, as the seed's do, that the
+    tokenizer does not hold as single tokens, naming them and the fix."""
+    if options.direction == "reverse":
+        warn_missing_markers(tokenizer, [options.reverse_template], "The reverse IFD prompt (`reverse_template`) "
+                             "uses ChatML's markers", "Write `reverse_template` in the model's prompt format.")
+    elif options.prompt_template != CHAT_TEMPLATE:
+        fix = ("Use `template: chat` (template=\"chat\" in Python), the model's own chat template, or write"
+               if tokenizer.chat_template else "This tokenizer has no chat template for `template: chat`: write")
+        warn_missing_markers(tokenizer, [options.prompt_template, options.prompt_template_no_input],
+                             "The IFD prompt (`template`) uses ChatML's markers",
+                             f"{fix} `template` and `template_no_input` in the model's prompt format.")
 
 
 def labels_or_numbers(labels: Sequence[str] | None, count: int) -> Sequence[str]:
@@ -389,6 +403,7 @@ def score_ifd(
     tokenizer = backend.tokenizer
     if options.prompt_template == CHAT_TEMPLATE and not tokenizer.chat_template:
         raise ValueError("template='chat' needs a tokenizer with a chat template; this one has none.")
+    warn_template_markers(tokenizer, options)
     max_length = backend.window(options.max_length)
     if options.peer.peer:
         items = peer_items(tokenizer, options, instructions, outputs, inputs, max_length=max_length,

@@ -13,7 +13,13 @@ chunk; after a kill, a torn chunk at the end of a part is dropped and scored aga
 chunk is done, process 0 merges them in input order into ``OUTPUT.tmp`` (JSONL, or a folder of
 Parquet shards), renames that onto ``OUTPUT``, records the manifest as ``complete.json`` and
 removes the work directory, that record last: a run that finds it (a kill during the cleanup)
-does no work.
+does no work. A run that fails or is stopped before any chunk is saved removes the work directory,
+so that nothing is left behind to refuse the corrected command.
+
+A finished job is recorded in the cache folder (:func:`hf_adapters.models.cache_folder`, under
+``jobs/``), by the output's path: what the job is, and the size and modification time of what it
+wrote. Running the same job again finds its output unchanged and does nothing
+(:attr:`JobSummary.skipped`); ``overwrite`` scores it again.
 
 A stream (an ``IterableDataset``) has no length and no random access: every process reads it from
 the start, in chunks, scores the chunks that are its own (chunk number modulo the number of
@@ -21,16 +27,19 @@ processes) and are not done yet, and checks each chunk's rows just before scorin
 writes the row count to ``rows.json`` when it reaches the end (before its last, partial chunk),
 so the merge, and a rerun, know where the data ends.
 
-A part line is ``{"i", "id", "score"}``: the row's index, its id and the scorer's first output. A job
+A part line is ``{"i", "id", "score"}``: the row's index, its id (its row number where it has none:
+:func:`hf_adapters.data_io.row_id`) and the scorer's first output. A job
 asked for more of the scorer's outputs (``OutputFormat.score_columns``) writes each of them in every
 line, under its own name, and records their columns in the manifest (``columns``): a rerun asking
-for other columns is another job.
+for other columns is another job. Reading the data as a stream or not is no part of the job: a job
+started one way resumes the other.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import logging
 import math
@@ -49,7 +58,9 @@ from datasets import Dataset, IterableDataset
 from tqdm.auto import tqdm
 
 from .columns import add_score_columns
+from .data_io import row_id
 from .json_values import json_safe, to_json_value, truncate_file, whole_json_lines, write_atomically
+from .models import cache_folder
 from .options import DEFAULT_BATCH_SIZE
 from .output_paths import check_output_path
 from .score_files import SCORE, SHARD_PATTERN, OutputFormat, count_valid, records, write_output
@@ -75,6 +86,10 @@ CHECK_CHUNK_SIZE = 10_000
 POLL_SECONDS = 0.5
 
 
+#: The folder of the cache (:func:`~hf_adapters.models.cache_folder`) recording finished jobs.
+FINISHED_JOBS = "jobs"
+
+
 class JobConflictError(ValueError):
     """Partial results on disk belong to a different job (another config or other data),
     or another job is writing the same output."""
@@ -88,20 +103,28 @@ class JobSummary:
         rows: rows in the data set (all of them are in the output).
         valid: rows with a finite score (the others are written as ``null``).
         seconds: wall time of this run.
-        scored: rows scored by this run; the others came from an earlier, interrupted run.
+        scored: rows scored by this run; the others came from an earlier run (interrupted, or finished).
+        skipped: the output was already this job's, complete and unchanged: this run did nothing.
     """
 
     rows: int
     valid: int
     seconds: float
     scored: int
+    skipped: bool = False
 
     @property
     def rows_per_second(self) -> float:
+        """The rows this run scored per second of it (rows an earlier run saved are not counted)."""
         return self.scored / self.seconds if self.seconds > 0 else 0.0
 
     def __str__(self) -> str:
-        return f"{plural(self.rows, 'row')}, {plural(self.valid, 'valid score')}, {self.rows_per_second:.1f} rows/s"
+        done = f"{plural(self.rows, 'row')}, {plural(self.valid, 'valid score')}"
+        if self.scored == self.rows:
+            return f"{done}, {self.rows_per_second:.1f} rows/s"
+        if not self.scored:
+            return f"{done}, all scored by an earlier run"
+        return f"{done}; this run scored {self.scored} of them, {self.rows_per_second:.1f} rows/s"
 
 
 @dataclass(frozen=True)
@@ -266,8 +289,11 @@ def run_scoring_job(
 
     Rerunning an interrupted job with the same arguments continues where it stopped and gives the
     same file as an uninterrupted run, whatever the number of processes or the batch size of the
-    rerun. Partial results of a different job (another scorer config or other data) raise a
-    ``JobConflictError`` unless ``overwrite`` is set.
+    rerun, and whether it reads the data as a stream or not. Partial results of a different job
+    (another scorer config or other data) raise a ``JobConflictError`` unless ``overwrite`` is set;
+    an error or a stop before any row is saved leaves no work directory behind. Running a finished
+    job again does nothing while its output is as the job wrote it (the summary says ``skipped``);
+    ``overwrite`` scores it again. Rows without an ``id`` are written with their row number.
     ``data_fingerprint`` identifies the data (default: ``dataset._fingerprint``; a stream needs
     one); the command line passes a hash of the input files. Every row of a ``Dataset`` is checked
     with ``scorer.check_rows`` before any is scored; a stream's rows are checked chunk by chunk. The
@@ -294,25 +320,115 @@ def run_scoring_job(
     dataset = dataset if streaming else dataset.with_format(None)
     chunk_size = int(scorer.config.get("batch_size") or DEFAULT_CHUNK_SIZE)
     columns = output.columns_of(scorer.outputs)
+    scorer.use_columns(_column_names(dataset))
+    manifest = job_manifest(scorer, data_fingerprint or dataset._fingerprint, None if streaming else len(dataset),
+                            chunk_size, columns)
+    finished = None if overwrite or not state.is_main_process else finished_job(output_path, output, manifest)
+    [finished] = broadcast_object_list([finished]) if state.num_processes > 1 else [finished]
+    if finished is not None:
+        return JobSummary(*finished, time.perf_counter() - started, 0, skipped=True)
     check_dataset(dataset, scorer, output, columns)
     schema = output_schema(dataset, output, score_schema(scorer, columns))
     scorer.prepare()  # a model that fails to load leaves no work directory behind
+    plan = _Plan(output_path, output, columns, schema, progress, expected_rows)
+    with _job_lock(work_dir_for(output_path), state):
+        try:
+            return _run_locked(dataset, scorer, plan, manifest, overwrite, started)
+        except BaseException:
+            if state.is_main_process:
+                _discard_if_nothing_saved(output_path)
+            raise
 
-    # Batch size and process count are not part of the job: scores do not depend on them. A model the
-    # job cannot identify (an object, a backend whose identity() is None) makes results it never reuses.
+
+def job_manifest(scorer: RowScorer, data: str, rows: int | None, chunk_size: int,
+                 columns: Mapping[str, str]) -> dict[str, Any]:
+    """What a job is, as its manifest records it: the scorer's config (less the batch size) and
+    columns, the model's identity, the data's fingerprint and row count (None for a stream), the
+    chunk size it starts with and the score ``columns`` it writes. Batch size and process count are
+    not part of the job: scores do not depend on them. A model the job cannot identify (an object, a
+    backend whose identity() is None) makes results no run ever reuses."""
     identity = scorer.model_identity()
-    manifest = {
+    return _jsonable({
         "scorer": {key: value for key, value in scorer.fingerprint().items() if key != "batch_size"},
         "model": identity,
         "identified": identity is not None or not isinstance(scorer, ModelRowScorer),
-        "data": data_fingerprint or dataset._fingerprint,
-        "rows": None if streaming else len(dataset),
+        "data": data,
+        "rows": rows,
         "chunk_size": chunk_size,
         **({"columns": list(columns.values())} if len(columns) > 1 else {}),
-    }
-    plan = _Plan(output_path, output, columns, schema, progress, expected_rows)
-    with _job_lock(work_dir_for(output_path), state):
-        return _run_locked(dataset, scorer, plan, _jsonable(manifest), overwrite, started)
+    })
+
+
+def finished_job(output_path: Path, output: OutputFormat, manifest: Mapping[str, Any]) -> tuple[int, int] | None:
+    """``(rows, valid scores)`` of ``output_path`` where it is the complete output of the job
+    ``manifest`` describes, written in the format ``output`` asks for and unchanged since (its
+    size and modification time are those recorded when it was written); else None."""
+    record = _read_json(_finished_record(output_path))
+    if not (isinstance(record, dict) and isinstance(record.get("job"), dict) and output.is_complete(output_path)):
+        return None
+    try:
+        unchanged = record.get("format") == _format_record(output) and record.get("stamp") == _stamp(output_path)
+    except OSError:  # removed meanwhile
+        return None
+    if not (unchanged and _same_job(record["job"], manifest)):
+        return None
+    return record["rows"], record["valid"]
+
+
+def record_finished_job(output_path: Path, output: OutputFormat, manifest: Mapping[str, Any], rows: int,
+                        valid: int) -> None:
+    """Record that ``output_path`` is now the complete output of the job ``manifest`` describes (for
+    :func:`finished_job`). Where the cache folder cannot be written, nothing is recorded: a rerun
+    then scores the rows again."""
+    path = _finished_record(output_path)
+    try:
+        record = {"output": str(output_path.absolute()), "job": {**manifest, "rows": rows},
+                  "format": _format_record(output), "stamp": _stamp(output_path), "rows": rows, "valid": valid}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomically(path, json.dumps(record, sort_keys=True))
+    except OSError as error:
+        logger.debug("cannot record the finished job in %s: %s", path, error)
+
+
+def _finished_record(output_path: Path) -> Path:
+    """Where the record of the finished job writing ``output_path`` is kept: by its absolute path."""
+    key = hashlib.sha256(str(output_path.resolve()).encode()).hexdigest()[:32]
+    return cache_folder() / FINISHED_JOBS / f"{key}.json"
+
+
+def _format_record(output: OutputFormat) -> dict[str, Any]:
+    """What of an output's format changes the output (the score columns are in the manifest)."""
+    return {"kind": output.kind, "keep_columns": output.keep_columns, "rows_per_shard": output.rows_per_shard}
+
+
+def _stamp(path: Path) -> list[list[Any]]:
+    """The name, size and modification time of the output file (of each file of an output folder)."""
+    files = sorted(path.iterdir()) if path.is_dir() else [path]
+    return [[file.name, (stat := file.stat()).st_size, stat.st_mtime_ns] for file in files]
+
+
+def _column_names(dataset: Dataset | IterableDataset) -> list[str]:
+    """The data's columns (of a stream that does not say them, those of its first row)."""
+    names = dataset.column_names
+    return list(next(iter(dataset), {})) if names is None else names
+
+
+def _discard_if_nothing_saved(output_path: Path) -> None:
+    """Remove the work directory of a run that failed or was stopped before any row was saved: there
+    is nothing to resume, and a corrected command must not be refused as another job."""
+    if _nothing_saved(output_path):
+        shutil.rmtree(work_dir_for(output_path), ignore_errors=True)
+
+
+def _nothing_saved(output_path: Path) -> bool:
+    """Whether the work directory of ``output_path`` holds no saved row and no completed output (False
+    where its manifest is not one a job wrote, whose rows cannot be counted)."""
+    work_dir = work_dir_for(output_path)
+    manifest = _read_json(work_dir / MANIFEST)
+    if (work_dir / COMPLETE).exists() or (manifest is not None and not (
+            isinstance(manifest, dict) and isinstance(manifest.get("chunk_size"), int))):
+        return False
+    return saved_rows(output_path)[0] == 0
 
 
 def _run_locked(dataset: Dataset | IterableDataset, scorer: RowScorer, plan: _Plan, manifest: dict[str, Any],
@@ -325,14 +441,16 @@ def _run_locked(dataset: Dataset | IterableDataset, scorer: RowScorer, plan: _Pl
         valid = None
         if state.is_main_process:
             logger.info("%s is already this job's complete output; finishing its cleanup.", output_path)
-            rows = json.loads((work_dir / COMPLETE).read_text(encoding="utf-8"))["total_rows"]
-            _remove_work_dir(work_dir)
+            complete = json.loads((work_dir / COMPLETE).read_text(encoding="utf-8"))
+            rows = complete["total_rows"]
             valid = (rows, count_valid(output_path, output))
+            _remove_work_dir(work_dir)
+            record_finished_job(output_path, output, complete, *valid)
         [valid] = broadcast_object_list([valid]) if state.num_processes > 1 else [valid]
         return JobSummary(valid[0], valid[1], time.perf_counter() - started, 0)
 
     # Process 0 cuts every part back to its complete chunks and says which are done.
-    num_rows = manifest["rows"] if manifest["rows"] is not None else _stream_rows(work_dir)
+    num_rows = _known_rows(work_dir, manifest)
     done = _recover(work_dir, num_rows, chunk_size, _columns(manifest)) if state.is_main_process else None
     [done] = broadcast_object_list([done]) if state.num_processes > 1 else [done]
     already = sum(len(_chunk_rows(chunk, num_rows, chunk_size)) for chunk in done)
@@ -356,7 +474,7 @@ def _run_locked(dataset: Dataset | IterableDataset, scorer: RowScorer, plan: _Pl
             if state.is_main_process and (made := scorer.measured_choices()) != choices:
                 write_atomically(work_dir / CHOICES, json.dumps(made, sort_keys=True))  # before the scores
                 choices = made
-            handle.write(b"".join(_part_line(i, row.get("id", ""), cells)
+            handle.write(b"".join(_part_line(i, row_id(row, i), cells)
                                   for i, (row, cells) in enumerate(zip(rows, values, strict=True), start)))
             handle.flush()
             os.fsync(handle.fileno())
@@ -364,7 +482,7 @@ def _run_locked(dataset: Dataset | IterableDataset, scorer: RowScorer, plan: _Pl
     (work_dir / f"rank-{state.process_index:05d}.done").touch()
 
     _wait_for_parts(work_dir, state.num_processes)
-    num_rows = manifest["rows"] if manifest["rows"] is not None else _stream_rows(work_dir)
+    num_rows = _known_rows(work_dir, manifest)
     valid = None
     if state.is_main_process:
         valid = _merge(work_dir, num_rows, chunk_size, dataset, plan)
@@ -378,9 +496,7 @@ def check_dataset(dataset: Dataset | IterableDataset, scorer: RowScorer, output:
     ``output`` would overwrite with one of the score ``columns`` (output -> column), and check every
     row of a ``Dataset`` with ``scorer.check_rows`` (a ValueError names the first bad row). A
     stream's rows are checked as they are read."""
-    names = dataset.column_names
-    if names is None:  # a stream that does not say its columns: its first row does
-        names = list(next(iter(dataset), {}))
+    names = _column_names(dataset)
     scorer.use_columns(names)
     if output.keep_columns and (taken := [column for column in columns.values() if column in names]):
         raise ValueError(f"The data has a column {taken[0]!r}: with keep_columns the scores would replace it.")
@@ -399,7 +515,8 @@ def _my_chunks(dataset: Dataset | IterableDataset, done: set[int], num_rows: int
                work_dir: Path, state: PartialState) -> Iterator[tuple[int, list[dict[str, Any]]]]:
     """(first row index, rows) of each chunk this process scores: of a ``Dataset``, a contiguous run of
     the chunks still to do; of a stream, read from the start, the chunks not done whose number modulo
-    the process count is this process's rank."""
+    the process count is this process's rank (a JobConflictError where the stream has other than the
+    ``num_rows`` rows the job started with in memory)."""
     if isinstance(dataset, Dataset):
         todo = [chunk for chunk in range(math.ceil(num_rows / chunk_size)) if chunk not in done]
         for chunk in (todo[i] for i in shard_range(len(todo), 1, state.process_index, state.num_processes)):
@@ -409,13 +526,28 @@ def _my_chunks(dataset: Dataset | IterableDataset, done: set[int], num_rows: int
     start = 0
     for chunk, batch in enumerate(dataset.iter(batch_size=chunk_size)):
         rows = [dict(zip(batch, values, strict=True)) for values in zip(*batch.values(), strict=True)]
+        if num_rows is not None and start + len(rows) > num_rows:  # a job started on fewer rows
+            raise JobConflictError(_refusal(work_dir, f"the input data changed ({num_rows} rows before, more now)"))
         if len(rows) < chunk_size and state.is_main_process:  # the end: say where it is before scoring it
             write_atomically(work_dir / STREAM_ROWS, json.dumps({"rows": start + len(rows)}))
         if chunk not in done and chunk % state.num_processes == state.process_index:
             yield start, rows
         start += len(rows)
+    if num_rows is not None and start != num_rows:
+        raise JobConflictError(_refusal(work_dir, f"the input data changed ({num_rows} rows before, {start} now)"))
     if state.is_main_process:
         write_atomically(work_dir / STREAM_ROWS, json.dumps({"rows": start}))
+
+
+def _known_rows(work_dir: Path, manifest: Mapping[str, Any]) -> int | None:
+    """The job's row count: this run's data's, else (a stream) the one the work directory's manifest
+    records (a job started in memory), else the count a process wrote on reaching the stream's end;
+    None before any process has."""
+    if manifest["rows"] is not None:
+        return manifest["rows"]
+    recorded = _read_json(work_dir / MANIFEST)
+    rows = recorded.get("rows") if isinstance(recorded, dict) else None
+    return rows if isinstance(rows, int) else _stream_rows(work_dir)
 
 
 def _stream_rows(work_dir: Path) -> int | None:
@@ -460,14 +592,12 @@ def score_dataset(
     """
     if not isinstance(scorer, RowScorer):
         scorer = build_scorer(scorer)
-    # Scorers see rows as the command line gives them: with an ``id`` ("" when the data has none).
-    work_data = dataset if "id" in dataset.column_names else dataset.add_column("id", [""] * len(dataset))
     if output_path is None:
         if PartialState().num_processes > 1:
             raise ValueError("Pass `output_path` (on storage every process sees) when running on several processes.")
-        scores = add_score_columns(work_data, scorer, names={scorer.outputs[0]: column})[column]
+        scores = add_score_columns(dataset, scorer, names={scorer.outputs[0]: column})[column]
     else:
-        run_scoring_job(work_data, scorer, output_path, overwrite=overwrite, progress=progress)
+        run_scoring_job(dataset, scorer, output_path, overwrite=overwrite, progress=progress)
         with open(output_path, encoding="utf-8") as handle:
             scores = [json.loads(line)["score"] for line in handle]
     return dataset.add_column(column, [math.nan if score is None else float(score) for score in scores])
@@ -533,8 +663,15 @@ def _open_work_dir(work_dir: Path, output_path: Path, manifest: dict[str, Any], 
 
 
 def _same_job(old: Mapping[str, Any], manifest: Mapping[str, Any]) -> bool:
-    same = all(old.get(key) == manifest[key] for key in ("scorer", "model", "data", "rows"))
+    """Whether two manifests describe one job: its rows read as a stream (whose count is not known
+    up front) or not make no difference."""
+    same = all(old.get(key) == manifest[key] for key in ("scorer", "model", "data")) and _same_rows(old, manifest)
     return same and old.get("identified", True) and manifest["identified"] and _same_columns(old, manifest)
+
+
+def _same_rows(old: Mapping[str, Any], manifest: Mapping[str, Any]) -> bool:
+    """Whether two jobs' row counts agree, where both are known."""
+    return old.get("rows") is None or manifest["rows"] is None or old.get("rows") == manifest["rows"]
 
 
 def _same_columns(old: Mapping[str, Any], manifest: Mapping[str, Any]) -> bool:
@@ -557,7 +694,14 @@ def _decide(work_dir: Path, output_path: Path, manifest: dict[str, Any], overwri
     except (OSError, ValueError):
         return "fresh", manifest["chunk_size"]  # no job yet, or one killed before its manifest was written
     if _same_job(old, manifest) and isinstance(old.get("chunk_size"), int):
+        if old.get("rows") is None and manifest["rows"] is not None and \
+                _stream_rows(work_dir) not in (None, manifest["rows"]):
+            return _refusal(work_dir, f"the input data changed ({_stream_rows(work_dir)} rows before, "
+                                      f"{manifest['rows']} now)")
         return "resume", old["chunk_size"]
+    if _nothing_saved(output_path):
+        logger.info("%s holds no saved row of another job; starting afresh", work_dir)
+        return "fresh", manifest["chunk_size"]
     if overwrite:
         logger.info("overwrite: discarding the partial results in %s", work_dir)
         return "fresh", manifest["chunk_size"]
@@ -569,17 +713,20 @@ def _decide(work_dir: Path, output_path: Path, manifest: dict[str, Any], overwri
                        "nothing can tell that its results are this model's")
     elif old.get("model") != manifest["model"]:
         reasons.append("the model changed (its weight files, or the dtype or device type it scores in)")
-    if old.get("data") != manifest["data"] or old.get("rows") != manifest["rows"]:
+    if old.get("data") != manifest["data"] or not _same_rows(old, manifest):
         counts = (f" ({old.get('rows')} rows before, {manifest['rows']} now)"
                   if old.get("rows") is not None and manifest["rows"] is not None else "")
         reasons.append(f"the input data changed{counts}")
     if not _same_columns(old, manifest):
         reasons.append(f"the score columns changed (were {', '.join(_columns(old))}, now "
                        f"{', '.join(_columns(manifest))})")
-    return (
-        f"{work_dir} holds partial results of a different job: {'; '.join(reasons) or 'its manifest differs'}. "
-        "Rerun the original job to resume it, or pass --overwrite to discard those results and start again."
-    )
+    return _refusal(work_dir, "; ".join(reasons) or "its manifest differs")
+
+
+def _refusal(work_dir: Path, reasons: str) -> str:
+    """The message refusing to mix this run's results with those of another job in ``work_dir``."""
+    return (f"{work_dir} holds partial results of a different job: {reasons}. Rerun the original job to resume it, "
+            "or pass --overwrite to discard those results and start again.")
 
 
 def _columns(manifest: Mapping[str, Any]) -> list[str]:
@@ -656,6 +803,7 @@ def _merge(work_dir: Path, num_rows: int, chunk_size: int, dataset: Dataset | It
     write_atomically(work_dir / COMPLETE, json.dumps({**manifest, "total_rows": num_rows}))
     (work_dir / MANIFEST).unlink()
     _remove_work_dir(work_dir)
+    record_finished_job(plan.output_path, plan.output, manifest, num_rows, valid)
     return valid
 
 
@@ -673,22 +821,40 @@ def score_schema(scorer: RowScorer, columns: Mapping[str, str]) -> Any:
 def output_schema(dataset: Dataset | IterableDataset, output: OutputFormat, scores: Any) -> Any:
     """The Parquet schema of an output: keeping the rows' columns, theirs, of the types the data holds
     (those ``output.column_types`` names, as the source stores them), then the score columns of the
-    types ``scores`` gives (:func:`score_schema`); without them, ``scores`` alone (the id's type is
-    the first shard's). A stream that does not say its types is read once to learn them, so that a
+    types ``scores`` gives (:func:`score_schema`); without them, the id's type (:func:`id_type`)
+    and ``scores``. A stream that does not say its types is read once to learn them, so that a
     column empty in its first rows still gets the type of its later values; types that cannot be
     reconciled are a ValueError. None for JSONL."""
     if output.kind != "parquet":
         return None
-    if not output.keep_columns:
-        return scores
     import pyarrow as pa
 
     columns = dataset.features.arrow_schema if dataset.features is not None else _stream_schema(dataset)
+    if not output.keep_columns:
+        written = id_type(columns.field("id").type if "id" in columns.names else None)
+        return pa.schema([pa.field("id", written), *scores]) if written is not None else scores
     if output.column_types is not None:
         source = output.column_types
         columns = pa.schema([source.field(field.name) if field.name in source.names else field
                              for field in columns])
     return pa.schema([*columns.remove_metadata(), *scores])
+
+
+def id_type(stored: Any) -> Any:
+    """The Parquet type of the ids a job writes, for an id column of the pyarrow type ``stored``
+    (None: the data has none, and its rows are written with their numbers, int64): a number, a
+    boolean, text or nulls as they are; other scalars (dates, bytes, decimals) as the text
+    :func:`~hf_adapters.json_values.to_json_value` makes of them; None (the first shard's type) for
+    nested values."""
+    import pyarrow as pa
+
+    if stored is None:
+        return pa.int64()
+    if pa.types.is_nested(stored):
+        return None
+    plain = (pa.types.is_integer, pa.types.is_floating, pa.types.is_boolean, pa.types.is_string,
+             pa.types.is_large_string, pa.types.is_null)
+    return stored if any(kind(stored) for kind in plain) else pa.string()
 
 
 def _stream_schema(dataset: IterableDataset) -> Any:

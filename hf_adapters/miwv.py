@@ -28,7 +28,7 @@ import numpy as np
 from .backends import BackendOptions, LikelihoodBackend
 from .diversity.similarity import Similarity
 from .embeddings import embedding_matrix
-from .entropy_scores import Pair, score_pairs
+from .entropy_scores import Pair, score_pairs, warn_unscored
 from .options import OptionSpec, check_choice, check_max_length, split_options, takes_options
 from .texts import check_texts
 
@@ -104,13 +104,16 @@ def answer_pair(tokenizer: Any, before_answer: str, text: str, max_length: int |
 def score_miwv(backend: LikelihoodBackend, instructions: Sequence[str], inputs: Sequence[str],
                outputs: Sequence[str], neighbours: Sequence[int], options: MIWVOptions, *,
                batch_size: int | None = None, progress: bool | None = None) -> dict:
-    """MIWV of each row given each row's nearest row (``neighbours``): see :func:`compute_miwv`."""
+    """MIWV of each row given each row's nearest row (``neighbours``): see :func:`compute_miwv`. A row
+    without an answer token to score is NaN, with a warning naming it (``Row 4``)."""
     prompts = [miwv_prompt(instruction, input) for instruction, input in zip(instructions, inputs, strict=True)]
     examples = [(prompts[n], outputs[n]) for n in neighbours]
     zero_shot = [answer_pair(backend.tokenizer, *dialogue(prompt, output), options.max_length)
                  for prompt, output in zip(prompts, outputs, strict=True)]
     one_shot = [answer_pair(backend.tokenizer, *dialogue(prompt, output, example), options.max_length)
                 for prompt, output, example in zip(prompts, outputs, examples, strict=True)]
+    warn_unscored([None if one is None else zero for zero, one in zip(zero_shot, one_shot, strict=True)], outputs,
+                  None, "MIWV", options.max_length)
     scores = score_pairs(backend, zero_shot + one_shot, batch_size=batch_size, progress=progress, desc="MIWV")
     losses = [math.nan if score is None else score.mean_nll for score in scores]
     zero, one = losses[:len(prompts)], losses[len(prompts):]
@@ -121,13 +124,13 @@ def score_miwv(backend: LikelihoodBackend, instructions: Sequence[str], inputs: 
 
 
 @takes_options(BackendOptions, MIWVOptions)
-def compute_miwv(instructions: Sequence[str], outputs: Sequence[str], inputs: Sequence[str] | None = None, *,
+def compute_miwv(instructions: Sequence[str], outputs: Sequence[str], inputs: Sequence[str | None] | None = None, *,
                  embeddings: Any, **options: Any) -> dict:
     """MIWV of each instruction row: its mean answer loss with its nearest row by ``embeddings`` (one
     vector per row, e.g. from :func:`hf_adapters.embed_texts` or a ``.npy`` file) as a one-shot example,
     minus its mean answer loss alone, in nats.
 
-    Returns ``miwv_scores`` (NaN where the answer has no token left), ``one_shot_losses``,
+    Returns ``miwv_scores`` (NaN, with a warning, where the answer has no token left), ``one_shot_losses``,
     ``zero_shot_losses``, ``neighbours`` (each row's example row) and ``mean_miwv``. The options are
     those of :class:`MIWVOptions` and :class:`~hf_adapters.backends.BackendOptions`.
 
@@ -141,7 +144,10 @@ def compute_miwv(instructions: Sequence[str], outputs: Sequence[str], inputs: Se
     run, spec = split_options(options, BackendOptions, MIWVOptions, caller="compute_miwv")
     check_texts(instructions, "instructions")
     check_texts(outputs, "outputs")
-    inputs = [""] * len(instructions) if inputs is None else inputs
+    if inputs is None:
+        inputs = [""] * len(instructions)
+    elif not isinstance(inputs, str):  # a missing input (None) reads as "", as every scorer reads it
+        inputs = ["" if value is None else value for value in inputs]
     check_texts(inputs, "inputs")
     if not len(instructions) == len(outputs) == len(inputs):
         raise ValueError(f"Got {len(instructions)} instructions, {len(outputs)} outputs and {len(inputs)} inputs; "

@@ -100,8 +100,8 @@ def hub_reachable() -> bool:
             reachable = True
         except (OSError, ValueError):
             reachable = False
-            logger.info("The hub at %s cannot be reached: hub models load from the local cache only.",
-                        constants.ENDPOINT)
+            logger.debug("The hub at %s cannot be reached: hub models load from the local cache only.",
+                         constants.ENDPOINT)
         _hub_checks[constants.ENDPOINT] = (time.monotonic(), reachable)
     return reachable
 

@@ -5,6 +5,8 @@ A package declares its classes in the entry point groups :data:`BACKEND_GROUP` a
 names ``NAME`` and nothing registered has that name, so that no user code runs otherwise. A plugin
 module (``--plugin MODULE`` or :data:`PLUGINS_VARIABLE`) is imported by the command line before it
 reads a config, and registers what it defines itself (``register_backend``, ``register_scorer``).
+Neither may take a built-in backend's or scorer's name: a config naming ``PPLScorer`` or
+``transformers`` always scores with the package's own class.
 
 Importing this module imports neither torch nor any plugin.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 from collections.abc import Iterable, Mapping
 from importlib.metadata import EntryPoint, entry_points
 
@@ -66,13 +69,48 @@ def plugin_modules(option: Iterable[str] | None, environ: Mapping[str, str] = os
 
 def import_plugins(modules: Iterable[tuple[str, str]]) -> None:
     """Import each (module, where it was named) of :func:`plugin_modules`; a PluginError names the
-    first that fails."""
+    first that fails: one that raises, calls ``sys.exit`` or replaces a built-in backend or scorer."""
     for module, source in modules:
         try:
             importlib.import_module(module)
+        except SystemExit as error:
+            raise PluginError(f"cannot import the plugin module {module!r} ({source}): it called "
+                              f"sys.exit({error.code!r}) while being imported; a plugin module should only "
+                              "define and register its classes") from error
         except Exception as error:  # noqa: BLE001 - whatever the user's module raises, named in one line
             raise PluginError(f"cannot import the plugin module {module!r} ({source}): {_one_line(error)}"
                               + (" (is its folder on PYTHONPATH?)" if _is_missing(module, error) else "")) from error
+        if replaced := replaced_builtins():
+            raise PluginError(f"the plugin module {module!r} ({source}) replaced the built-in {' and '.join(replaced)}"
+                              " in the registry; register its class under a name of its own and name that in the "
+                              "config.")
+
+
+#: The registries of the package, by the module holding them: their name and what they hold.
+_REGISTRIES = {"hf_adapters.backends": ("BACKENDS", "BUILTIN_BACKENDS", "backend"),
+               "hf_adapters.scorers.base": ("SCORERS", "BUILTIN_SCORERS", "scorer")}
+
+
+def replaced_builtins() -> list[str]:
+    """The built-in backends and scorers (``backend 'transformers'``...) whose name the registries of the
+    modules imported so far map to another class; a registry not imported yet holds only built-ins."""
+    replaced = []
+    for module_name, (registry, builtins, kind) in _REGISTRIES.items():
+        if (module := sys.modules.get(module_name)) is not None:
+            current = getattr(module, registry)
+            replaced += [f"{kind} {name!r}" for name, cls in getattr(module, builtins).items()
+                         if current.get(name) is not cls]
+    return replaced
+
+
+def refuse_builtin_name(cls: type, kind: str, builtins: Mapping[str, type]) -> None:
+    """Raise a ValueError if ``cls`` would take a built-in ``kind``'s name (``builtins``: name -> class)
+    from another class: a config naming it would then score with the user's class instead."""
+    name = cls.name
+    if builtins.get(name, cls) is not cls:
+        raise ValueError(f"{cls.__module__}.{cls.__qualname__} cannot be registered as the {kind} {name!r}: that is "
+                         f"the built-in {builtins[name].__name__}'s name, and configs that name it must keep scoring "
+                         f"with it. Give the class a `name` of its own, and name that in the config.")
 
 
 def _is_missing(module: str, error: Exception) -> bool:

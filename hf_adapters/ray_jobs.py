@@ -5,17 +5,16 @@ The rows are read and checked here, exactly as :func:`hf_adapters.jobs.run_scori
 handed to Ray as Arrow tables that carry each row's index; a pool of actors scores them
 (:mod:`hf_adapters.ray_scoring`) and this process writes the scores, in input order, with the
 job's own writer: the output appears whole or not at all. Not resumable: a killed job starts
-again from the first row (Ray retries failed tasks itself).
+again from the first row (Ray retries failed tasks itself). A finished job is recorded as the
+default engine records it: running it again (on either engine) does nothing.
 """
 
 from __future__ import annotations
 
 import contextlib
-import itertools
 import logging
 import math
 import os
-import shutil
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -24,7 +23,17 @@ from typing import Any
 from datasets import Dataset
 from tqdm.auto import tqdm
 
-from .jobs import JobSummary, check_dataset, iter_rows, output_schema, score_schema, work_dir_for
+from .jobs import (
+    JobSummary,
+    check_dataset,
+    finished_job,
+    iter_rows,
+    job_manifest,
+    output_schema,
+    record_finished_job,
+    score_schema,
+    work_dir_for,
+)
 from .json_values import json_safe, to_json_value
 from .options import DEFAULT_BATCH_SIZE
 from .output_paths import check_output_path
@@ -54,6 +63,8 @@ def run_ray_scoring_job(
     address: str | None = None,
     progress: bool = True,
     output: OutputFormat | None = None,
+    data_fingerprint: str | None = None,
+    overwrite: bool = False,
 ) -> JobSummary:
     """Score every row of ``dataset`` with the scorer ``config`` names, on ``num_workers`` Ray actors
     with ``gpus_per_worker`` GPUs each, into ``output_path``: the same file, row for row, as
@@ -65,6 +76,9 @@ def run_ray_scoring_job(
     or workers it cannot place are a ``RayClusterError`` (a ValueError), a failure in a worker a
     :class:`RayJobError`. Nothing is written under ``output_path`` until every row is scored. With
     ``progress``, one bar counts the rows as they come back (Ray Data's own bars and logs are off).
+    Rows without an ``id`` are written with their row number. ``data_fingerprint`` identifies the
+    data (default: ``dataset._fingerprint``): a job whose output is already complete (from either
+    engine) and unchanged is not run again (the summary says ``skipped``) unless ``overwrite``.
 
     Example:
         >>> from hf_adapters.data_io import read_rows
@@ -85,8 +99,13 @@ def run_ray_scoring_job(
     scorer = build_scorer(config)
     dataset = dataset.with_format(None)
     columns = output.columns_of(scorer.outputs)
+    scorer.use_columns(dataset.column_names)
+    # A model that cannot be found fails here, before Ray starts.
+    manifest = job_manifest(scorer, data_fingerprint or dataset._fingerprint, len(dataset),
+                            int(scorer.config.get("batch_size") or DEFAULT_BATCH_SIZE), columns)
+    if not overwrite and (finished := finished_job(output_path, output, manifest)) is not None:
+        return JobSummary(*finished, time.perf_counter() - started, 0, skipped=True)
     check_dataset(dataset, scorer, output, columns)
-    scorer.model_identity()  # a model that cannot be found fails here, before Ray starts
     schema = output_schema(dataset, output, score_schema(scorer, columns))
     with _backend_errors_hidden(), ray_session(address) as ray:
         _hide_ray_progress(ray, progress)
@@ -96,11 +115,9 @@ def run_ray_scoring_job(
         rows = iter_rows(dataset) if output.keep_columns else None
         try:
             valid = write_output(output_path, output, records(items, rows, list(columns.values())), schema)
-        except BaseException as error:
-            _remove_temporary(output_path)
-            if isinstance(error, ray.exceptions.RayError):
-                raise RayJobError(f"Scoring failed in a Ray worker: {worker_error(error)}") from None
-            raise
+        except ray.exceptions.RayError as error:
+            raise RayJobError(f"Scoring failed in a Ray worker: {worker_error(error)}") from None
+    record_finished_job(output_path, output, manifest, len(dataset), valid)
     return JobSummary(len(dataset), valid, time.perf_counter() - started, len(dataset))
 
 
@@ -179,9 +196,10 @@ def _names_an_exception(line: str) -> bool:
 
 
 def _ids(dataset: Dataset) -> Iterator[Any]:
-    """Each row's id, as the job writes it (``""`` for data without ids)."""
+    """Each row's id, as the job writes it (its row number for data without ids, as
+    :func:`~hf_adapters.data_io.row_id` gives it)."""
     if "id" not in dataset.column_names:
-        return itertools.repeat("", len(dataset))
+        return iter(range(len(dataset)))
     return (row["id"] for row in iter_rows(dataset.select_columns(["id"])))
 
 
@@ -211,10 +229,3 @@ def _backend_errors_hidden() -> Iterator[None]:
         if given is None:
             os.environ.pop(BACKEND_LOG_LEVEL, None)
 
-
-def _remove_temporary(output_path: Path) -> None:
-    temporary = output_path.with_name(output_path.name + ".tmp")
-    if temporary.is_dir():
-        shutil.rmtree(temporary, ignore_errors=True)
-    else:
-        temporary.unlink(missing_ok=True)

@@ -54,7 +54,7 @@ class OutputFormat:
             raise ValueError(f"`rows_per_shard` must be a positive integer, got {self.rows_per_shard!r}.")
         if self.score_columns is not None and self.score_columns != "all":
             names = self.score_columns
-            if isinstance(names, str) or not all(isinstance(name, str) and name for name in names):
+            if not (isinstance(names, (list, tuple)) and all(isinstance(name, str) and name for name in names)):
                 raise ValueError(f"`score_columns` must be all or a list of the scorer's output names, got {names!r}.")
             object.__setattr__(self, "score_columns", tuple(names))
 
@@ -103,11 +103,20 @@ def records(scored: Iterable[Mapping[str, Any]], rows: Iterable[Mapping[str, Any
 
 
 def write_output(path: Path, output: OutputFormat, items: Iterable[dict], schema: Any = None) -> int:
-    """Write the records to ``path`` (under a temporary name first, then renamed onto it) and return
-    how many have a score. ``schema`` (a pyarrow schema) types the Parquet columns: all of them, or,
-    without the rows' columns, the score columns (the id's type is then the first shard's)."""
+    """Write the records to ``path`` (under a temporary name first, then renamed onto it; a failure
+    removes it) and return how many have a score. ``schema`` (a pyarrow schema) types the Parquet
+    columns: all of them, or, without the rows' columns, the id and the score columns (any column
+    it leaves out takes the first shard's type)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(path.name + ".tmp")
+    try:
+        return _write_output(path, temporary, output, items, schema)
+    except BaseException:
+        shutil.rmtree(temporary, ignore_errors=True) if temporary.is_dir() else temporary.unlink(missing_ok=True)
+        raise
+
+
+def _write_output(path: Path, temporary: Path, output: OutputFormat, items: Iterable[dict], schema: Any) -> int:
     valid = 0
 
     def counted(records_: Iterable[dict]) -> Iterator[dict]:
@@ -119,7 +128,7 @@ def write_output(path: Path, output: OutputFormat, items: Iterable[dict], schema
     if output.kind == "jsonl":
         with open(temporary, "w", encoding="utf-8") as handle:
             for record in counted(items):
-                if not output.keep_columns:  # a null id as "", as a row without one gets
+                if not output.keep_columns:  # a null id as "" (written_id)
                     record = {**record, "id": written_id(record["id"])}
                 handle.write(json.dumps(json_safe(record), ensure_ascii=False, default=to_json_value) + "\n")
             handle.flush()
@@ -136,8 +145,8 @@ def write_output(path: Path, output: OutputFormat, items: Iterable[dict], schema
 
 
 def _write_shards(folder: Path, items: Iterator[dict], rows_per_shard: int, schema: Any, scores_only: bool) -> None:
-    """Parquet shards of at most ``rows_per_shard`` rows, of ``schema``; where it types only the
-    score columns (``scores_only``) or there is none, the first shard's types complete it for all."""
+    """Parquet shards of at most ``rows_per_shard`` rows, of ``schema``; where it types only the id
+    and score columns (``scores_only``) or there is none, the first shard's types complete it for all."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -159,14 +168,15 @@ def _write_shard(path: Path, shard: list[dict], schema: Any, scores_only: bool, 
     return table.schema
 
 
-def _with_inferred_types(shard: list[dict], scores: Any, pa) -> Any:
-    """The types of a shard's columns, those of ``scores`` as it says; None for no rows."""
+def _with_inferred_types(shard: list[dict], given: Any, pa) -> Any:
+    """The types of a shard's columns: those ``given`` names as it says, the others (an id of nested
+    values) as the shard's values have them; None for no rows."""
     if not shard:
         return None
-    inferred = pa.Table.from_pylist(shard).schema
-    for field in scores:
-        inferred = inferred.set(inferred.get_field_index(field.name), field)
-    return inferred
+    names = list(shard[0])
+    missing = [name for name in names if name not in given.names]
+    inferred = pa.Table.from_pylist([{name: record[name] for name in missing} for record in shard]).schema
+    return pa.schema([given.field(name) if name in given.names else inferred.field(name) for name in names])
 
 
 def count_valid(path: Path, output: OutputFormat) -> int:

@@ -204,15 +204,42 @@ def summarize(values: np.ndarray) -> Summary:
                    infinite=int(np.isinf(values).sum()), **_distribution(finite))
 
 
+def safe_exponent(finite: np.ndarray, power: int = 1) -> int:
+    """The k for which sums (and differences) of ``power``-th powers of ``finite * 2**-k`` cannot
+    overflow: 0 unless the scores are near the largest float. Scaling by a power of two is exact,
+    so sums, means and quantiles of the scaled scores, scaled back, are those of the scores.
+
+    Example:
+        >>> safe_exponent(np.array([1.0, -3.5])), safe_exponent(np.array([1e308, -1e308])) > 0
+        (0, True)
+    """
+    largest = float(np.abs(finite).max(initial=0.0))
+    bits = math.frexp(largest)[1] + 1  # any difference of two scores is below 2**bits
+    return max(0, bits - (1023 - finite.size.bit_length()) // power)
+
+
+def _scaled_back(value: float, exponent: int) -> float:
+    """``value * 2**exponent``; infinite where that is beyond the largest float."""
+    try:
+        return math.ldexp(value, exponent)
+    except OverflowError:
+        return math.copysign(math.inf, value)
+
+
 def _distribution(finite: np.ndarray) -> dict[str, Any]:
-    """The mean, sample standard deviation, minimum, quantiles and maximum of ``finite``; NaN for none."""
+    """The mean, sample standard deviation, minimum, quantiles and maximum of ``finite``; NaN for none.
+    Scores near the largest float are scaled by a power of two first (:func:`safe_exponent`), so no sum
+    overflows; a standard deviation beyond the largest float is infinite."""
     if not finite.size:
         return {"mean": math.nan, "std": math.nan, "minimum": math.nan, "quantiles": dict.fromkeys(QUANTILES, math.nan),
                 "maximum": math.nan}
-    quantiles = np.quantile(finite, list(QUANTILES.values())).tolist()
-    return {"mean": float(np.mean(finite)), "std": float(np.std(finite, ddof=1)) if finite.size > 1 else math.nan,
-            "minimum": float(finite.min()), "quantiles": dict(zip(QUANTILES, quantiles, strict=True)),
-            "maximum": float(finite.max())}
+    shift, square_shift = safe_exponent(finite), safe_exponent(finite, power=2)
+    scaled = np.ldexp(finite, -shift)
+    quantiles = [_scaled_back(value, shift) for value in np.quantile(scaled, list(QUANTILES.values())).tolist()]
+    std = _scaled_back(float(np.std(np.ldexp(finite, -square_shift), ddof=1)), square_shift) if finite.size > 1 \
+        else math.nan
+    return {"mean": _scaled_back(float(np.mean(scaled)), shift), "std": std, "minimum": float(finite.min()),
+            "quantiles": dict(zip(QUANTILES, quantiles, strict=True)), "maximum": float(finite.max())}
 
 
 def histogram(values: np.ndarray, bins: int = 10, log: bool = False) -> Histogram:
@@ -229,11 +256,14 @@ def histogram(values: np.ndarray, bins: int = 10, log: bool = False) -> Histogra
     if not finite.size:
         return Histogram([], [])
     if not log:
-        counts, edges = np.histogram(finite, bins=bins)
-        return Histogram(edges.tolist(), counts.tolist())
+        shift = safe_exponent(finite)  # scores near the largest float: the bins of the scores scaled by 2**-shift
+        counts, edges = np.histogram(np.ldexp(finite, -shift), bins=bins)
+        return Histogram(np.ldexp(edges, shift).tolist(), counts.tolist())
     check_positive(finite, "finite scores")
     counts, log_edges = np.histogram(np.log10(finite), bins=bins)
-    return Histogram((10.0 ** log_edges).tolist(), counts.tolist())
+    # The outer edges are the smallest and largest scores: 10 ** log10(largest) may round past the largest float.
+    inner = (10.0 ** log_edges[1:-1]).tolist()
+    return Histogram([float(finite.min()), *inner, float(finite.max())], counts.tolist())
 
 
 def check_positive(values: np.ndarray, name: str) -> None:
@@ -266,9 +296,14 @@ def pearson(a: np.ndarray, b: np.ndarray) -> float:
         >>> pearson(np.array([1.0, 2.0, 3.0]), np.array([2.0, 4.0, 7.0]))
         0.9933992677987828
     """
-    a, b = a - a.mean(), b - b.mean()
+    if a.size < 2:
+        return math.nan
+    # The correlation does not change when a column is scaled by a power of two (exactly): huge scores are scaled
+    # down before their mean is taken, and the deviations to below 1, so no sum or product overflows.
+    a, b = (values - values.mean() for values in (np.ldexp(a, -safe_exponent(a)), np.ldexp(b, -safe_exponent(b))))
+    a, b = (np.ldexp(values, -math.frexp(float(np.abs(values).max(initial=0.0)))[1]) for values in (a, b))
     scale = math.sqrt(float((a * a).sum() * (b * b).sum()))
-    return float(np.clip((a * b).sum() / scale, -1.0, 1.0)) if a.size > 1 and scale > 0 else math.nan
+    return float(np.clip((a * b).sum() / scale, -1.0, 1.0)) if scale > 0 else math.nan
 
 
 def spearman(a: np.ndarray, b: np.ndarray) -> float:

@@ -135,11 +135,12 @@ def test_command_errors_are_one_line_starting_with_error(argv, tmp_path, capsys,
 
 
 def test_no_command_prints_an_error_with_another_prefix():
-    """Every ``print("word: ...", file=sys.stderr)`` of the command line says ``error:``, as argparse does."""
+    """Every ``print("word: ...", file=sys.stderr)`` of the command line says ``error:``, as argparse does, or
+    ``note:`` for a line that stops nothing (a bare embeddings array used as given)."""
     sources = Path(cli.__file__).parent.glob("*.py")
     prefixes = {match for path in sources
                 for match in re.findall(r"print\(f?\"(\w+): .*file=sys\.stderr", path.read_text(encoding="utf-8"))}
-    assert prefixes <= {"error"}, prefixes
+    assert prefixes <= {"error", "note"}, prefixes
 
 
 def test_a_job_summary_of_one_row_speaks_in_the_singular():
@@ -160,3 +161,23 @@ def test_other_commands_still_refuse_arguments_they_do_not_take(capsys):
     with pytest.raises(SystemExit):
         cli.main(["summary", "scores.jsonl", "--model_args", "x"])
     assert "unrecognized arguments: --model_args x" in capsys.readouterr().err
+
+
+def test_a_hub_that_cannot_be_reached_is_said_only_with_verbose(unreachable_hub, tmp_path, caplog, capsys,
+                                                               monkeypatch):
+    """Offline on purpose, every run said "The hub ... cannot be reached": a debug message now, which
+    ``--verbose`` shows; a model that cannot be found still says why in its error.
+
+    Round five, item 22."""
+    from hf_adapters import models
+
+    config = tmp_path / "ppl.yaml"
+    config.write_text("name: PPLScorer\nmodel: nobody-here/no-such-model\n", encoding="utf-8")
+    data = write_jsonl(tmp_path / "rows.jsonl", [{"id": "a", "instruction": "Hi.", "output": "Hello."}])
+    for flags, said in (([], False), (["--verbose"], True)):
+        monkeypatch.setattr(models, "_hub_checks", {})
+        caplog.clear()
+        assert cli.main(["score", str(config), "--data", str(data), "--output", str(tmp_path / "o.jsonl"),
+                         "--no-progress", *flags]) == 2
+        assert "the hub could not be reached" in capsys.readouterr().err
+        assert any("cannot be reached" in message for message in caplog.messages) == said

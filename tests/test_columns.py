@@ -148,6 +148,19 @@ def test_rerunning_the_same_call_is_a_cache_hit_that_loads_no_model(disk_dataset
     assert load_calls == ["tiny", "tiny"]
 
 
+def test_a_data_set_built_in_memory_is_scored_again_not_read_from_the_cache(load_calls, monkeypatch):
+    """datasets keeps no cache for a data set without cache files, as the README says beside the claim
+    of cache hits. Round five, item 23."""
+    calls = []
+    result = IFDScorer.result
+    monkeypatch.setattr(IFDScorer, "result", lambda self, *a, **k: calls.append(1) or result(self, *a, **k))
+    in_memory = Dataset.from_dict(ROWS)
+    assert in_memory.cache_files == []
+    first = add_ifd_column(in_memory, model_id="tiny")
+    again = add_ifd_column(in_memory, model_id="tiny")
+    assert len(calls) == 2 and again["ifd"] == first["ifd"]
+
+
 def test_rerunning_perplexity_is_a_cache_hit_that_loads_no_model(disk_dataset, load_calls):
     first = add_perplexity_column(disk_dataset, model_id="tiny")
     second = add_perplexity_column(disk_dataset, model_id="tiny")

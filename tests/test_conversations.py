@@ -184,3 +184,27 @@ def test_reverse_ifd_column_is_named_r_ifd(model, tokenizer):
     assert list(scored["r_ifd"]) == pytest.approx(expected, rel=1e-6, nan_ok=True)
     with pytest.raises(ValueError, match="valid directions"):
         compute_ifd(INSTRUCTIONS, OUTPUTS, model=model, tokenizer=tokenizer, direction="backwards")
+
+
+def test_the_chatml_turn_layout_warns_once_for_a_tokenizer_without_chatml_markers(model, tokenizer, caplog,
+                                                                                   monkeypatch):
+    """A tokenizer without a chat template lays conversations out in ChatML; without ChatML's markers
+    as tokens the model scores a format it never saw. Warned once (IFD and perplexity of conversations
+    alike), naming the markers and `turn_template` as the fix; a turn_template without them is quiet.
+    Round five, item 5."""
+    import logging
+
+    from hf_adapters import conversations
+
+    monkeypatch.setattr(conversations, "_warned_markers", set())
+    ds = Dataset.from_dict({"messages": CONVERSATIONS})
+    with caplog.at_level(logging.WARNING):
+        add_ifd_column(ds, messages_column="messages", model=model, tokenizer=tokenizer, batch_size=1)
+        add_perplexity_column(ds, messages_column="messages", model=model, tokenizer=tokenizer)
+    [message] = [record.getMessage() for record in caplog.records if "as single tokens" in record.getMessage()]
+    assert "<|im_start|> and <|im_end|>" in message and "`turn_template`" in message
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        add_ifd_column(ds, messages_column="messages", model=model, tokenizer=tokenizer,
+                       turn_template="<{role}>{content}\n")
+    assert "as single tokens" not in caplog.text

@@ -116,7 +116,7 @@ def test_auto_runs_the_faster_kernel_measured_once_and_logged(model, tokenizer, 
                                                               rates, kernel):
     measured, fake_rates = fresh_choice
     fake_rates(rates)
-    with caplog.at_level(logging.INFO, logger="hf_adapters.cpu_kernels"):
+    with caplog.at_level(logging.DEBUG, logger="hf_adapters.cpu_kernels"):
         score_once(model, tokenizer)
         score_once(model, tokenizer)
     assert measured == [linear_shapes(model)]
@@ -249,3 +249,30 @@ def test_the_bfloat16_speedup_is_timed_on_the_models_shapes_once(tokenizer, monk
     assert cpu_kernels.bfloat16_speedup(model) == first > 0
     assert [dtype for _, dtype in timed] == [torch.float32, torch.bfloat16]
     assert timed[0][0] == dict(cpu_kernels.linear_shapes(model, dtype=None)) != {}
+
+
+@pytest.mark.parametrize("flags", [[], ["--verbose"]])
+def test_the_kernel_timings_are_printed_only_with_verbose(model_dir, tmp_path, flags):
+    """The CPU-kernel timing line came on every run (often twice, inside the progress bar, even with
+    ``--no-progress``): a debug message now, which ``--verbose`` shows once per choice measured.
+
+    Round five, item 22."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import write_jsonl
+    from tests.test_jobs import REPO, run_env
+
+    config = tmp_path / "ppl.yaml"
+    config.write_text(f"name: PPLScorer\nmodel: {model_dir}\nbatch_size: 2\n", encoding="utf-8")
+    data = write_jsonl(tmp_path / "rows.jsonl", [{"id": i, "instruction": "Say hi.", "output": "Hi " * i}
+                                                 for i in range(1, 7)])
+    env = {key: value for key, value in run_env().items() if key != CPU_LINEAR_ENV}
+    done = subprocess.run([sys.executable, "-m", "hf_adapters", "score", str(config), "--data", str(data), "--output",
+                           str(tmp_path / "scores.jsonl"), "--no-progress", *flags], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    timings = done.stderr.count("CPU float32 linear layers run on")
+    assert timings == (1 if flags and onednn_linear_available() else 0), done.stderr
+    assert done.stdout.startswith("6 rows, 6 valid scores") and os.path.exists(tmp_path / "scores.jsonl")

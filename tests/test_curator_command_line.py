@@ -198,26 +198,67 @@ def test_ifd_writes_both_perplexities_and_the_token_losses(tmp_path, model_dir):
 # ----------------------------------------------------------------------------------- 4: Ctrl-C
 
 
+#: Runs ``hf-adapters ARGS`` (or, after ``--script PATH``, that script with ARGS) in a child process
+#: where Ctrl-C raises KeyboardInterrupt, as in a terminal, whatever this process hands down: a suite
+#: started as a background job of a shell without job control has SIGINT ignored, and a child would
+#: inherit that and never be stopped. ``{prelude}`` runs first.
+INTERRUPTIBLE = """import signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)
+{prelude}
+if sys.argv[1:2] == ["--script"]:
+    import runpy
+    sys.argv = sys.argv[2:]
+    runpy.run_path(sys.argv[0], run_name="__main__")
+else:
+    sys.argv = ["hf-adapters", *sys.argv[1:]]
+    from hf_adapters.cli import main
+    sys.exit(main())
+"""
+
+
+def interrupt(command: list[str], ready, *, prelude: str = "", signals: int = 1, delay: float = 0.0,
+              env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    """Start ``hf-adapters COMMAND`` (:data:`INTERRUPTIBLE`), wait until ``ready()`` and ``delay`` more
+    seconds, send it ``signals`` SIGINTs; its exit status, stdout and stderr.
+
+    Round five, item 19."""
+    process = subprocess.Popen([sys.executable, "-c", INTERRUPTIBLE.format(prelude=prelude), *command], cwd=REPO,
+                               env=env or run_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        while not ready():
+            assert process.poll() is None and time.monotonic() < deadline, \
+                f"the command ended before it could be stopped: {process.communicate()}"
+            time.sleep(0.02)
+        time.sleep(delay)
+        for _ in range(signals):
+            process.send_signal(signal.SIGINT)
+            time.sleep(0.01)
+        stdout, stderr = process.communicate(timeout=120)
+    finally:
+        process.kill()
+    return process.returncode, stdout, stderr
+
+
+def lines_in(path: Path, count: int):
+    """A ``ready`` test: ``path`` holds at least ``count`` lines."""
+    return lambda: path.exists() and path.read_bytes().count(b"\n") >= count
+
+
 def test_ctrl_c_prints_one_line_exits_130_and_the_same_command_resumes(tmp_path):
+    """The child is started with its own SIGINT handler: the test also holds when the suite runs as a
+    background job of a shell without job control (SIGINT ignored, and inherited as ignored).
+
+    Round five, item 19."""
     rows = [{"id": f"r{i}", "instruction": "x" * (1 + i % 7), "input": "", "output": "y" * (i % 11)} for i in range(40)]
     data = write_jsonl(tmp_path / "rows.jsonl", rows)
     (tmp_path / "slow.yaml").write_text("name: LengthRatioScorer\nbatch_size: 4\ndelay: 0.3\n")
     output = tmp_path / "out.jsonl"
     args = ["score", str(tmp_path / "slow.yaml"), "--data", str(data), "--output", str(output), "--no-progress"]
     part = work_dir_for(output) / "rank-00000.jsonl"
-    process = subprocess.Popen([sys.executable, str(launcher(tmp_path)), *args], cwd=REPO, env=run_env(),
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 120
-        while not (part.exists() and part.read_bytes().count(b"\n") >= 4):
-            assert process.poll() is None and time.monotonic() < deadline, "the job ended before it could be stopped"
-            time.sleep(0.02)
-        process.send_signal(signal.SIGINT)
-        stdout, stderr = process.communicate(timeout=60)
-    finally:
-        process.kill()
+    returncode, stdout, stderr = interrupt(["--script", str(launcher(tmp_path)), *args], lines_in(part, 4))
     saved = part.read_bytes().count(b"\n")
-    assert process.returncode == 130, stderr
+    assert returncode == 130, stderr
     assert stderr.splitlines() == [f"Interrupted: {saved} of 40 rows are saved in {work_dir_for(output)}; run the "
                                    "same command again to resume."] and stdout == ""
     assert saved % 4 == 0 and 4 <= saved < 40
@@ -225,6 +266,183 @@ def test_ctrl_c_prints_one_line_exits_130_and_the_same_command_resumes(tmp_path)
     assert cli.main(args) == 0
     assert read_jsonl(output) == [{"id": row["id"], "score": len(row["output"]) / len(row["instruction"])
                                    if row["output"] else None} for row in rows]
+
+
+@pytest.fixture
+def sigint_ignored_here():
+    """This process ignores SIGINT, as a background job of a shell without job control does; its
+    children inherit that."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+#: A plugin module that says it is being imported, then takes its time.
+SLOW_PLUGIN = "import pathlib, time\npathlib.Path({marker!r}).touch()\ntime.sleep(120)\n"
+
+
+@pytest.mark.parametrize("here", ["SIGINT handled here", "SIGINT ignored here"])
+def test_ctrl_c_while_a_plugin_module_is_imported_is_one_line_and_130(tmp_path, here, request):
+    """Ctrl-C while ``score`` starts (here: importing a plugin) printed a traceback or a plugin error.
+
+    Round five, items 15 and 19."""
+    if here == "SIGINT ignored here":
+        request.getfixturevalue("sigint_ignored_here")
+    marker = tmp_path / "importing"
+    (tmp_path / "slow_plugin.py").write_text(SLOW_PLUGIN.format(marker=str(marker)), encoding="utf-8")
+    output = tmp_path / "out.jsonl"
+    returncode, stdout, stderr = interrupt(
+        ["score", "c.yaml", "--data", "d.jsonl", "--output", str(output), "--plugin", "slow_plugin"], marker.exists,
+        env={**run_env(), "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])})
+    assert (returncode, stdout) == (130, "")
+    assert stderr.splitlines() == [cli.INTERRUPTED_STARTING] and not output.exists()
+
+
+#: Stalls the import of torch (which a command's libraries load) in its own code, until a Ctrl-C.
+STALLED_TORCH = """import importlib.util, sys
+class StallTorch:
+    def find_spec(self, name, path=None, target=None):
+        return importlib.util.spec_from_loader(name, self) if name == "torch" else None
+    def create_module(self, spec):
+        return None
+    def exec_module(self, module):
+        code = "import pathlib, time\\npathlib.Path({marker!r}).touch()\\ntime.sleep(120)"
+        exec(compile(code, "torch/__init__.py", "exec"), module.__dict__)
+sys.meta_path.insert(0, StallTorch())
+"""
+
+
+def test_ctrl_c_while_the_libraries_load_is_one_line_and_imports_nothing_more(tmp_path):
+    """A Ctrl-C inside an import can leave a library's compiled part half set up (importing torch
+    again then crashed the process): the message is given without importing anything more (here
+    the stalled torch would stall it again).
+
+    Round five, item 15."""
+    marker = tmp_path / "importing-torch"
+    returncode, stdout, stderr = interrupt(
+        ["score", "c.yaml", "--data", "d.jsonl", "--output", str(tmp_path / "out.jsonl")], marker.exists,
+        prelude=STALLED_TORCH.format(marker=str(marker)))
+    assert (returncode, stdout) == (130, "")
+    assert stderr.splitlines() == ["Interrupted while `hf-adapters score` was loading its libraries, before it wrote "
+                                   "anything; run the same command again."]
+
+
+#: A plugin registering a scorer that takes 0.3 s per batch of 4 rows.
+SLOW_SCORER_PLUGIN = """import time
+from hf_adapters.scorers import RowScorer, register_scorer
+
+
+@register_scorer
+class SlowLength(RowScorer):
+    name = "SlowLength"
+    options = {"batch_size": 4}
+    roles = {"output": "output"}
+    text_roles = ("output",)
+
+    def score_batch(self, batch, first_row=0):
+        time.sleep(0.3)
+        return {"score": [float(len(text)) for text in self.read_texts(batch, first_row)["output"]]}
+"""
+
+
+@pytest.mark.parametrize(("delay", "signals"), [(0.0, 1), (0.5, 1), (1.5, 2)])
+def test_ctrl_c_at_any_moment_of_a_score_job_is_one_line_and_130(tmp_path, delay, signals):
+    """From the moment the command line is imported to the end of the job, one Ctrl-C gives one line
+    and exit status 130, never a traceback; two in a row never end the process by the signal.
+
+    Round five, item 15."""
+    data = write_jsonl(tmp_path / "rows.jsonl", [{"id": f"r{i}", "output": "y" * (i % 11)} for i in range(200)])
+    (tmp_path / "slow.yaml").write_text("name: SlowLength\n")
+    (tmp_path / "slow_scorer.py").write_text(SLOW_SCORER_PLUGIN, encoding="utf-8")
+    marker = tmp_path / "imported"
+    returncode, stdout, stderr = interrupt(
+        ["score", str(tmp_path / "slow.yaml"), "--data", str(data), "--output", str(tmp_path / "out.jsonl"),
+         "--no-progress", "--plugin", "slow_scorer"], marker.exists, delay=delay, signals=signals,
+        prelude=f"import hf_adapters.cli, pathlib\npathlib.Path({str(marker)!r}).touch()",
+        env={**run_env(), "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])})
+    lines = stderr.splitlines()
+    assert returncode == 130 and stdout == "", stderr
+    assert lines[0].startswith("Interrupted") and "Traceback" not in stderr, stderr
+    assert lines[1:] in ([], ["Interrupted again: stopped at once."])  # a second Ctrl-C while the first is handled
+
+
+def test_ctrl_c_while_embedding_saves_nothing_and_says_so(tmp_path, model_dir):
+    """``embed`` printed 35-80 lines and exited 1 or died by the signal.
+
+    Round five, item 15."""
+    data = write_jsonl(tmp_path / "rows.jsonl", [{"instruction": f"Row {i}", "output": "words " * (i % 9)}
+                                                 for i in range(4000)])
+    output, started = tmp_path / "vectors.npy", tmp_path / "embedding"
+    prelude = ("import pathlib\nfrom hf_adapters import embeddings\nembed_texts = embeddings.embed_texts\n"
+               "def started(*args, **kwargs):\n"
+               f"    pathlib.Path({str(started)!r}).touch()\n"
+               "    return embed_texts(*args, **kwargs)\n"
+               "embeddings.embed_texts = started\n"
+               "import hf_adapters.cli.embed_command as command\ncommand.CHUNK_ROWS = 64\n")
+    returncode, stdout, stderr = interrupt(["embed", "--data", str(data), "--output", str(output), "--model",
+                                            model_dir, "--no-progress"], started.exists, prelude=prelude, delay=1.0)
+    assert (returncode, stdout) == (130, ""), stderr
+    assert stderr.splitlines() == ["Interrupted: `hf-adapters embed` stopped before it finished, so it saved nothing "
+                                   "complete; run the same command again."]
+    assert not output.exists()
+
+
+def test_a_command_interrupted_in_process_says_what_is_saved_and_returns_130(monkeypatch, capsys, tmp_path):
+    """``cli.main`` called from Python answers a KeyboardInterrupt as the process does, and leaves the
+    SIGINT handler as it was.
+
+    Round five, item 15."""
+    from hf_adapters.cli import summary_command
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(summary_command, "run", interrupted)
+    handler = signal.getsignal(signal.SIGINT)
+    assert cli.main(["summary", str(tmp_path / "scores.jsonl")]) == cli.INTERRUPTED
+    assert capsys.readouterr().err.splitlines() == [
+        "Interrupted: `hf-adapters summary` stopped before it finished, so it saved nothing complete; run the same "
+        "command again."]
+    assert signal.getsignal(signal.SIGINT) is handler
+
+
+THE_CTRL_C_TURNED_INTO_AN_ERROR = """import os, signal, time
+try:
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(5)
+except KeyboardInterrupt:
+    raise SystemError("initialization of _C raised unreported exception") from None
+"""
+
+
+def test_an_error_a_ctrl_c_turned_into_while_a_plugin_loads_is_reported_as_the_ctrl_c(tmp_path, capsys,
+                                                                                     monkeypatch):
+    """A compiled module stopped by Ctrl-C while it is imported can raise another error (SystemError):
+    it was reported as the plugin's failure.
+
+    Round five, item 15."""
+    (tmp_path / "turns_ctrl_c.py").write_text(THE_CTRL_C_TURNED_INTO_AN_ERROR, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "turns_ctrl_c", raising=False)
+    args = ["score", "c.yaml", "--data", "d.jsonl", "--output", str(tmp_path / "o.jsonl"), "--plugin", "turns_ctrl_c"]
+    assert cli.main(args) == cli.INTERRUPTED
+    assert capsys.readouterr().err.splitlines() == [cli.INTERRUPTED_STARTING]
+
+
+def test_a_command_started_with_sigint_ignored_keeps_it_and_says_so_when_verbose(tmp_path, capsys, caplog,
+                                                                               sigint_ignored_here):
+    """A background job of a shell without job control starts with SIGINT ignored: the command leaves
+    it so (the shell meant the job to outlive a Ctrl-C in the terminal), and ``--verbose`` says so.
+
+    Round five, item 19."""
+    scores = write_jsonl(tmp_path / "scores.jsonl", [{"id": "a", "score": 1.0}, {"id": "b", "score": 2.0}])
+    ignored = "SIGINT is ignored in this process (as a shell starts a background job): Ctrl-C does not stop this " \
+              "command."
+    for flags, said in (([], False), (["--verbose"], True)):
+        caplog.clear()
+        assert cli.main(["summary", str(scores), *flags]) == 0
+        assert (ignored in caplog.messages) == said
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
 
 
 def test_ctrl_c_on_ray_says_nothing_was_saved(tmp_path, data, capsys, monkeypatch):

@@ -8,7 +8,7 @@ import os
 import pytest
 from datasets import Dataset, DatasetDict
 
-from hf_adapters.data_io import data_fingerprint, read_rows
+from hf_adapters.data_io import data_fingerprint, read_rows, row_ids
 
 ROWS = [
     {"id": "b", "instruction": "Name a colour.", "input": "", "output": "Blue."},
@@ -38,11 +38,19 @@ def test_every_format_reads_the_same_rows_in_file_order(tmp_path, kind):
 
 
 @pytest.mark.parametrize("kind", ["jsonl", "json", "csv"])
-def test_rows_without_id_get_an_empty_id(tmp_path, kind):
+@pytest.mark.parametrize("streaming", [False, True], ids=["in_memory", "streaming"])
+def test_rows_without_an_id_column_get_none_and_are_named_by_their_row_number(tmp_path, kind, streaming):
+    """Data without ids is read as it is (no empty ``id`` added, which would name no row): a job and
+    ``select`` name each row by its number.
+
+    Round five, item 6.
+    """
     rows = [{key: value for key, value in row.items() if key != "id"} for row in ROWS]
-    dataset = read_rows(write(tmp_path / f"rows.{kind}", rows, kind))
-    assert dataset["id"] == ["", "", ""]
-    assert dataset["input"] == ["", "2, 3", ""]  # empty CSV cells stay empty strings
+    dataset = read_rows(write(tmp_path / f"rows.{kind}", rows, kind), streaming=streaming)
+    assert list(dataset) == [{key: str(value) for key, value in row.items()} for row in rows]
+    if not streaming:
+        assert "id" not in dataset.column_names and row_ids(dataset) == [0, 1, 2]
+        assert dataset["input"] == ["", "2, 3", ""]  # empty CSV cells stay empty strings
 
 
 def test_rows_with_a_missing_id_among_others_get_an_empty_id(tmp_path):
@@ -86,9 +94,9 @@ def test_data_fingerprint_follows_content_not_modification_time(tmp_path):
     assert data_fingerprint(saved) == data_fingerprint(saved)
 
 
-def test_the_shared_alpaca_list_of_records_reads_with_empty_ids(shared_dir):
+def test_the_shared_alpaca_list_of_records_reads_without_ids(shared_dir):
     dataset = read_rows(shared_dir / "data" / "alpaca_cherry_5pct.json")
-    assert len(dataset) == 3111 and set(dataset["id"]) == {""}
+    assert len(dataset) == 3111 and "id" not in dataset.column_names and row_ids(dataset) == list(range(3111))
     assert dataset[0]["instruction"] == "Design a wellness plan for the given audience"
 
 
@@ -105,3 +113,34 @@ def test_unreadable_files_get_a_reason_a_person_can_act_on(tmp_path, name, conte
     path.write_text(content, encoding="utf-8")
     with pytest.raises(ValueError, match=message):
         read_rows(path)
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["in_memory", "streaming"])
+def test_a_json_id_above_2_63_is_read_exactly_and_the_other_ids_stay_integers(tmp_path, streaming):
+    """pyarrow reads a column of integers one of which is above ``2**63 - 1`` as floats
+    (``12345678901234567890`` -> ``1.2345678901234567e+19``, ``5`` -> ``5.0``): ids are read as
+    unsigned 64-bit integers instead, exactly, in a JSON list of records too.
+
+    Round five, item 7.
+    """
+    ids = [5, 12345678901234567890, 2**64 - 1, None]
+    for kind in ("jsonl", "json"):
+        path = write(tmp_path / f"rows.{kind}", [{**ROWS[0], "id": value} for value in ids], kind)
+        assert [row["id"] for row in read_rows(path, streaming=streaming)] == ids
+        assert all(type(row["id"]) in (int, type(None)) for row in read_rows(path, streaming=streaming))
+
+
+@pytest.mark.parametrize("other", [-1, 0.5])
+def test_an_integer_id_that_only_a_float_column_could_hold_is_refused_naming_its_line(tmp_path, other):
+    """Where the other ids (a negative one, a fraction) rule out 64-bit unsigned integers, an id a float
+    cannot hold exactly is refused naming its file and line; ids a float holds exactly read as before.
+
+    Round five, item 7.
+    """
+    path = write(tmp_path / "rows.jsonl", [{**ROWS[0], "id": value} for value in (other, 7, 12345678901234567890)],
+                 "jsonl")
+    with pytest.raises(ValueError, match=r"rows\.jsonl.*Line 3: the id 12345678901234567890 would be read as the "
+                       r"float 1\.2345678901234567e\+19.*write the ids as strings"):
+        read_rows(path)
+    write(path, [{**ROWS[0], "id": value} for value in (other, 7)], "jsonl")
+    assert read_rows(path)["id"] == [other, 7]

@@ -259,3 +259,157 @@ def test_semantic_dedup_in_select_keeps_the_better_of_two_near_duplicates():
     ds = Dataset.from_dict({"ifd": [0.2, 0.9, 0.5], "embedding": [[1.0, 0.0], [0.99, 0.05], [0.0, 1.0]]})
     indices, removed = diverse_selection(ds["ifd"], np.array(ds["embedding"]), "semantic_dedup")
     assert indices == [1, 2] and removed["near-duplicate of a better row"] == 1
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+@pytest.mark.parametrize("settings", [{}, {"neighbors": 2}, {"similarity": "euclidean"}])
+def test_facility_location_refuses_a_non_finite_embedding_by_row(bad, settings):
+    """A NaN or infinite vector has no similarity: facility location picked row 0 twice. Refused,
+    the row named by its index in the data (not its place in the pool of top rows).
+    Round five, item 1."""
+    vectors = clustered(6)
+    vectors[4, 1] = bad
+    with pytest.raises(ValueError, match="Row 4 has a non-finite embedding"):
+        diverse_selection([0.1, 0.2, 0.3, 0.4, 0.9, 0.5], vectors, "facility_location", top_n=3, budget=2,
+                          **settings)
+    with pytest.raises(ValueError, match="Row 1 has a non-finite embedding"):
+        facility_location_order(vectors[[0, 4, 5]], 2, **settings)
+
+
+@pytest.mark.parametrize("rule", ["deita", "semantic_dedup"])
+@pytest.mark.parametrize("bad", [math.nan, math.inf])
+def test_deita_and_semantic_dedup_refuse_a_non_finite_embedding_by_row(rule, bad):
+    """Under DEITA and SemDeDup a NaN row was silently unlike every other row (its cosines NaN).
+    Round five, item 1."""
+    vectors = clustered(700)  # past DEITA's first block of candidates
+    vectors[650, 0] = bad
+    scores = [1.0 - row / 1000 for row in range(700)]
+    with pytest.raises(ValueError, match="Row 650 has a non-finite embedding"):
+        diverse_selection(scores, vectors, rule, top_n=680)
+    with pytest.raises(ValueError, match="Row 650 has a non-finite embedding"):
+        (deita_indices if rule == "deita" else semantic_dedup_indices)(vectors, list(range(700)), threshold=0.9)
+
+
+def test_a_row_outside_the_rows_compared_may_hold_a_non_finite_embedding():
+    """Only the rows a rule compares need a vector: a row without a score is never compared.
+    Round five, item 1."""
+    vectors = clustered(5)
+    vectors[2] = math.nan
+    pool = [0, 1, 3, 4]
+    indices, _ = diverse_selection([0.9, 0.8, None, 0.7, 0.6], vectors, "facility_location", budget=2)
+    assert indices == sorted(pool[position] for position in facility_location_order(vectors[pool], 2))
+
+
+@pytest.mark.parametrize("block", [1, 7, 512])
+def test_deita_refuses_a_non_finite_row_only_if_its_walk_gets_to_it(block):
+    """DEITA stops at its budget: a row after that point is never compared, whatever the block size.
+    Round five, item 1."""
+    vectors = clustered(300, seed=2)
+    kept = deita_indices(vectors, list(range(300)), threshold=0.5, budget=4, block=block)
+    after = kept[-1] + 1
+    vectors[after] = math.nan
+    assert deita_indices(vectors, list(range(300)), threshold=0.5, budget=4, block=block) == kept
+    with pytest.raises(ValueError, match=f"Row {after} has a non-finite embedding"):
+        deita_indices(vectors, list(range(300)), threshold=0.5, budget=5, block=block)
+
+
+def test_select_refuses_the_non_finite_rows_the_command_line_refuses():
+    """`select` (an embedding column) and `select --embeddings` (a file) refuse the same rows:
+    those the rule compares. Round five, item 1."""
+    vectors = clustered(6)
+    vectors[2] = math.inf
+    ds = Dataset.from_dict({"ifd": [0.9, 0.8, None, 0.7, 0.6, 0.5], "embedding": vectors, "row": list(range(6))})
+    kept = select(ds, "ifd", top_n=4, diversity="facility_location", budget=2)
+    assert list(kept["row"]) == diverse_selection(ds["ifd"], vectors, "facility_location", top_n=4, budget=2)[0]
+    scored = ds.map(lambda row: {"ifd": 0.1 if row["row"] == 2 else row["ifd"]})
+    with pytest.raises(ValueError, match="Row 2 has a non-finite embedding"):
+        select(scored, "ifd", diversity="facility_location", budget=2, embeddings=vectors)
+    with pytest.raises(ValueError, match="Row 2 has a non-finite embedding"):
+        select(scored, "ifd", diversity="semantic_dedup")
+
+
+def test_an_all_zero_embedding_is_named_by_its_row_in_the_data():
+    """The zero-vector refusal named the row's place in a block of candidates or in the pool.
+    Round five, item 1."""
+    vectors = clustered(700)
+    vectors[600] = 0.0
+    with pytest.raises(ValueError, match="Row 600 has an all-zero embedding"):
+        deita_indices(vectors, list(range(700)))
+    scores = [0.0] * 700
+    scores[600] = 1.0
+    with pytest.raises(ValueError, match="Row 600 has an all-zero embedding"):
+        diverse_selection(scores, vectors, "facility_location", top_n=5, budget=2)
+
+
+@pytest.mark.parametrize(("vectors", "neighbors"), [(np.ones((2, 3)), 1), (np.ones((5, 3)), 2), (np.ones((5, 3)), 4),
+                                                    (clustered(10, seed=4)[np.arange(30) % 10], 2)])
+def test_sparse_facility_location_picks_the_budget_when_rows_are_exact_duplicates(vectors, neighbors):
+    """A row that is no row's nearest neighbour (the duplicate of an earlier row) crashed in
+    add.reduceat; it has no gain, and is picked after every row that has one.
+    Round five, item 8."""
+    picked = facility_location_order(vectors, len(vectors), neighbors=neighbors)
+    assert sorted(picked) == list(range(len(vectors)))
+    assert picked == naive_facility_location(knn_only(naive_similarities(vectors, "cosine"), neighbors), len(vectors))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_sparse_facility_location_keeps_the_earlier_of_duplicates_tied_at_the_kth_neighbour(seed):
+    """Of rows tied at a row's k-th largest similarity (exact duplicates), the earlier ones are its
+    neighbours, as documented: argpartition left the choice, and so the picks, to chance.
+    Round five, item 8."""
+    rng = np.random.default_rng(seed)
+    vectors = clustered(5, seed=seed)[rng.integers(0, 5, 40)]
+    for neighbors in (2, 7, 19):
+        assert facility_location_order(vectors, 15, neighbors=neighbors) == \
+            naive_facility_location(knn_only(naive_similarities(vectors, "cosine"), neighbors), 15)
+
+
+def test_select_facility_location_with_neighbors_keeps_the_budget_of_duplicated_rows():
+    """Round five, item 8."""
+    vectors = np.repeat(clustered(10, seed=9), 2, axis=0)
+    indices, removed = diverse_selection([0.5] * 20, vectors, "facility_location", budget=12, neighbors=3)
+    assert len(indices) == len(set(indices)) == 12 and removed["not picked by facility location"] == 8
+
+
+def test_semantic_dedup_refuses_zero_clusters():
+    """`clusters=0` was read as 1. Round five, item 20."""
+    with pytest.raises(ValueError, match="`clusters` must be a positive integer, got 0"):
+        diverse_selection([0.5, 0.4], np.eye(2), "semantic_dedup", clusters=0)
+
+
+def test_select_command_refuses_zero_clusters(tmp_path, capsys):
+    """Round five, item 20."""
+    data = write_jsonl(tmp_path / "rows.jsonl", [{"id": "a", "text": "x"}])
+    score_file = write_jsonl(tmp_path / "scores.jsonl", [{"id": "a", "score": 0.5}])
+    with pytest.raises(SystemExit) as stopped:
+        cli.main(["select", "--data", str(data), "--scores", str(score_file), "--diversity", "semantic_dedup",
+                  "--clusters", "0", "--embeddings", "e.npy", "--output", str(tmp_path / "kept.jsonl")])
+    assert stopped.value.code == 2
+    assert "--clusters: must be at least 1, got 0" in capsys.readouterr().err
+
+
+def test_deita_with_a_budget_of_zero_reports_no_row_as_too_similar():
+    """`top_n=0` keeps no row because of the budget, not because any row is like a kept one.
+    Round five, item 20."""
+    scores, vectors = scored_rows(seed=3)
+    for options in ({"top_n": 0}, {"top_n": 10, "budget": 0}):
+        indices, removed = diverse_selection(scores, vectors, "deita", **options)
+        assert indices == [] and removed["too similar to a kept row"] == 0
+        assert removed["after the budget was reached"] + removed["outside the top"] == len(scores) - 1
+
+
+def test_select_command_refuses_a_non_finite_embedding_naming_the_row(tmp_path, capsys):
+    """Round five, item 1."""
+    scores, vectors = scored_rows(rows=8, seed=6)
+    vectors[5, 2] = math.nan
+    data = write_jsonl(tmp_path / "rows.jsonl", [{"id": f"r{i}", "text": str(i)} for i in range(8)])
+    score_file = write_jsonl(tmp_path / "scores.jsonl", [{"id": f"r{i}", "score": s} for i, s in enumerate(scores)])
+    np.save(tmp_path / "vectors.npy", vectors)
+    assert cli.main(["select", "--data", str(data), "--scores", str(score_file), "--diversity", "facility_location",
+                     "--budget", "3", "--embeddings", str(tmp_path / "vectors.npy"),
+                     "--output", str(tmp_path / "kept.jsonl")]) == 2
+    error = capsys.readouterr().err
+    assert [line for line in error.splitlines() if line.startswith("error:")] == [
+        "error: Row 5 has a non-finite embedding (it holds NaN): embed that row again, or leave it out of the data."]
+    assert "Traceback" not in error
+    assert not (tmp_path / "kept.jsonl").exists()

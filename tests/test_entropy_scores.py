@@ -104,3 +104,15 @@ def test_the_shipped_configs_run_on_the_command_line(tmp_path, model_dir, config
     assert len(scores) == len(ROWS) and scores[0] is not None
     if key == "excess_loss":
         assert scores[0] == 0.0  # the tiny model against itself
+
+
+def test_norm_loss_warns_naming_a_row_whose_text_is_one_token(model, tokenizer, caplog):
+    """NormLoss never scores a text's first token: a row whose text is one token is NaN, and, as for
+    every scorer, a warning names it. Round five, item 11."""
+    import logging
+
+    rows = [ROWS[0], {"id": "z", "instruction": "", "input": "", "output": ""}]
+    with caplog.at_level(logging.WARNING):
+        scores = NormLossScorer(model=model, tokenizer=tokenizer).score_rows(rows)
+    assert math.isfinite(scores[0]) and math.isnan(scores[1])
+    assert "Row 1 (id='z'): its text is one token" in caplog.text, caplog.text

@@ -275,3 +275,111 @@ def test_bad_options_are_clear_errors(model, tokenizer, options, message):
 def test_empty_input_list_gives_empty_result(model, tokenizer):
     result = compute_ifd([], [], model=model, tokenizer=tokenizer)
     assert result["ifd_scores"] == [] and result["num_valid"] == 0 and math.isnan(result["mean_ifd"])
+
+
+# --- ChatML templates with a tokenizer without ChatML markers (round five, item 5) ---------------------------
+
+MARKER_WARNING = "ChatML's markers"
+
+
+def chatml_tokenizer(*markers: str):
+    """The tiny tokenizer with ``markers`` added as single special tokens."""
+    tokenizer = build_tokenizer()
+    tokenizer.add_special_tokens({"additional_special_tokens": list(markers)})
+    return tokenizer
+
+
+def marker_warnings(caplog) -> list[str]:
+    return [record.getMessage() for record in caplog.records if MARKER_WARNING in record.getMessage()]
+
+
+@pytest.fixture
+def fresh_marker_warnings(monkeypatch):
+    """No marker warning said yet in this process, so each test sees its own."""
+    from hf_adapters import conversations
+
+    monkeypatch.setattr(conversations, "_warned_markers", set())
+
+
+def score_ifd_by(entry: str, model, tokenizer, tmp_path, **options):
+    """IFD of two rows through one entry point: the Python function, the evaluate module, the column helper
+    or the command line (``score`` with the seed's ``ifd.yaml``)."""
+    instructions, outputs = ["Name a colour.", "Say hi."], ["Red.", "Hi!"]
+    if entry == "compute_ifd":
+        return compute_ifd(instructions, outputs, model=model, tokenizer=tokenizer, **options)
+    if entry == "metric":
+        import evaluate
+
+        return evaluate.load("./metrics/ifd").compute(instructions=instructions, outputs=outputs, model=model,
+                                                      tokenizer=tokenizer, **options)
+    if entry == "column":
+        from datasets import Dataset
+
+        from hf_adapters import add_ifd_column
+
+        ds = Dataset.from_dict({"instruction": instructions, "input": ["", ""], "output": outputs})
+        return add_ifd_column(ds, model=model, tokenizer=tokenizer, batch_size=1, **options)
+    from pathlib import Path
+
+    from hf_adapters.cli import main
+    from tests.conftest import saved_model, write_jsonl
+
+    seed = Path(__file__).resolve().parents[1] / "hf_adapters" / "configs" / "ifd.yaml"
+    rows = [{"id": str(i), "instruction": instruction, "output": output}
+            for i, (instruction, output) in enumerate(zip(instructions, outputs, strict=True))]
+    data = write_jsonl(tmp_path / "rows.jsonl", rows)
+    folder = saved_model(tmp_path / "model", model, tokenizer)
+    assert main(["score", str(seed), "--data", str(data), "--output", str(tmp_path / "o.jsonl"), "--model", folder,
+                 "--batch-size", "1", "--no-progress"]) == 0
+
+
+@pytest.mark.parametrize("entry", ["compute_ifd", "metric", "column", "cli"])
+def test_the_seed_chatml_template_warns_once_for_a_tokenizer_without_chatml_markers(
+        entry, model, tokenizer, tmp_path, caplog, fresh_marker_warnings):
+    """The seed's ChatML prompt with a tokenizer that splits ``<|im_start|>`` into pieces (a Llama's, say)
+    scored silently with a prompt format the model never saw. Warned, once per job however many batches,
+    naming the markers the tokenizer lacks and ``template: chat`` as the fix, at every entry point.
+    Round five, item 5."""
+    with caplog.at_level(logging.WARNING):
+        score_ifd_by(entry, model, tokenizer, tmp_path)
+    [message] = marker_warnings(caplog)
+    assert "<|im_start|> and <|im_end|>" in message and "template" in message
+
+
+def test_the_marker_warning_names_template_chat_when_the_tokenizer_has_a_chat_template(
+        model, caplog, fresh_marker_warnings):
+    """Round five, item 5."""
+    tokenizer = build_tokenizer()
+    tokenizer.chat_template = CHAT_TEMPLATE
+    with caplog.at_level(logging.WARNING):
+        compute_ifd(["Say hi."], ["Hi!"], model=model, tokenizer=tokenizer)
+    [message] = marker_warnings(caplog)
+    assert "`template: chat`" in message and "template_no_input" in message
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        compute_ifd(["Say hi."], ["Hi!"], model=model, tokenizer=tokenizer, template="chat")
+        compute_ifd(["Say hi."], ["Hi!"], model=model, tokenizer=tokenizer, template="Q: {instruction}\n{input}\nA:",
+                    template_no_input="Q: {instruction}\nA:")
+    assert not marker_warnings(caplog)
+
+
+def test_the_marker_warning_names_only_the_markers_the_tokenizer_lacks(caplog, fresh_marker_warnings):
+    """A tokenizer with both markers as tokens (SmolLM2's, Qwen's) is not warned about; one with only
+    ``<|im_end|>`` is warned about ``<|im_start|>`` alone. Round five, item 5."""
+    both = chatml_tokenizer("<|im_start|>", "<|im_end|>")
+    with caplog.at_level(logging.WARNING):
+        compute_ifd(["Say hi."], ["Hi!"], model=build_model(len(both)), tokenizer=both)
+    assert not marker_warnings(caplog)
+    one = chatml_tokenizer("<|im_end|>")
+    with caplog.at_level(logging.WARNING):
+        compute_ifd(["Say hi."], ["Hi!"], model=build_model(len(one)), tokenizer=one)
+    [message] = marker_warnings(caplog)
+    assert "<|im_start|>" in message and "<|im_end|>" not in message
+
+
+def test_the_reverse_ifd_prompt_is_checked_for_chatml_markers_too(model, tokenizer, caplog, fresh_marker_warnings):
+    """Round five, item 5."""
+    with caplog.at_level(logging.WARNING):
+        compute_ifd(["Say hi."], ["Hi!"], direction="reverse", model=model, tokenizer=tokenizer)
+    [message] = marker_warnings(caplog)
+    assert "reverse_template" in message

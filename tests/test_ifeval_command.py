@@ -99,8 +99,7 @@ def test_a_killed_run_resumes_with_the_prompts_not_yet_generated(finished, model
 
     args = ["--model", model_dir, "--limit", "6", "--max-new-tokens", "8", "--output", str(folder)]
     monkeypatch.setattr(TransformersBackend, "generate", killed_after_two_responses)
-    with pytest.raises(KeyboardInterrupt):
-        run(*args, "--batch-size", "2")
+    assert run(*args, "--batch-size", "2") == cli.INTERRUPTED  # a Ctrl-C: one line, status 130 (round five, item 15)
     assert len(read_samples(folder)) == 2 and not (folder / "results.json").exists()
     with open(folder / "samples.jsonl", "a", encoding="utf-8") as handle:
         handle.write('{"key": 1005, "prompt": "torn')  # the kill tore the next sample's line
@@ -195,3 +194,36 @@ def test_strip_thinking_scores_the_text_after_the_thinking_and_keeps_both():
     assert strip_thinking("<think>out of tokens") == "" and strip_thinking("  <think>a</think> b") == "b"
     assert strip_thinking("reasoning opened by the template</think>Answer.") == "Answer."
     assert strip_thinking("A <think>late</think> tag stays.") == "A <think>late</think> tag stays."
+
+
+def test_ctrl_c_during_generation_says_how_many_responses_are_saved_exits_130_and_resumes(model_dir, tmp_path):
+    """Ctrl-C while ``ifeval`` generates printed 35-80 lines and exited 1 or died by the signal: one line
+    now, saying how many responses the run folder keeps, and the same command resumes.
+
+    Round five, item 15."""
+    from tests.test_curator_command_line import interrupt, lines_in
+
+    output = tmp_path / "out"
+    args = ["ifeval", "--no-progress", "--model", model_dir, "--limit", "10", "--max-new-tokens", "48",
+            "--batch-size", "1", "--output", str(output)]
+    returncode, stdout, stderr = interrupt(args, lines_in(output / "samples.jsonl", 2))
+    saved = len(read_samples(output))
+    assert (returncode, stdout) == (130, ""), stderr
+    assert "Traceback" not in stderr and 2 <= saved < 10
+    assert stderr.splitlines()[-1] == (f"Interrupted with {saved} of 10 responses saved in {output / 'samples.jsonl'}; "
+                                       "run the same command again to resume.")
+    assert run(*args[2:]) == 0
+    assert [sample["key"] for sample in read_samples(output)] == [row["key"] for row in read_prompts()[:10]]
+
+
+def test_ctrl_c_before_any_response_is_saved_says_so(model_dir, tmp_path, capsys, monkeypatch):
+    """Round five, item 15."""
+    from hf_adapters.ifeval import end_to_end
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(end_to_end, "run_ifeval", interrupted)
+    assert run("--model", model_dir, "--limit", "3", "--output", str(tmp_path / "out")) == cli.INTERRUPTED
+    assert capsys.readouterr().err.splitlines()[-1] == (f"Interrupted before any response was saved in "
+                                                        f"{tmp_path / 'out'}; the same command starts again.")

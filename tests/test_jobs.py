@@ -39,7 +39,7 @@ class LengthRatioScorer(RowScorer):
 
     def score_rows(self, rows):
         time.sleep(self.config["delay"])
-        self.scored_rows.extend(row["id"] for row in rows)
+        self.scored_rows.extend(row.get("id") for row in rows)
         return [len(row["output"]) / len(row["instruction"]) if row["output"] else math.nan for row in rows]
 
 
@@ -354,6 +354,101 @@ def test_an_ifeval_row_with_an_unknown_id_is_found_before_any_row_is_scored(tmp_
     with pytest.raises(ValueError, match=r"unknown IFEval instruction id 'no:such_check' \(row 4, key 4\)"):
         run_scoring_job(Dataset.from_list(rows), build_scorer({"name": "IFEvalScorer"}), output, progress=False)
     assert not work_dir_for(output).exists()
+
+
+class RefusesFirstChunk(LengthRatioScorer):
+    """Refuses its first chunk as a scorer refuses what it finds only when it scores (a reference model
+    with another tokenizer); raises ``error``."""
+
+    def __init__(self, error: BaseException, **config):
+        super().__init__(**config)
+        self.error = error
+
+    def score_rows(self, rows):
+        raise self.error
+
+
+@pytest.mark.parametrize("error", [ValueError("The reference model has another tokenizer."), KeyboardInterrupt()],
+                         ids=["refused", "interrupted"])
+@pytest.mark.parametrize("streaming", [False, True], ids=["in_memory", "streaming"])
+def test_a_refusal_or_stop_before_any_row_is_saved_leaves_nothing_behind(tmp_path, error, streaming):
+    """A job refused (or stopped) before any row is saved leaves no work directory, lock or
+    temporary output: the corrected command, another job, runs instead of being refused as "a
+    different job".
+
+    Round five, item 10.
+    """
+    rows = Dataset.from_list(make_rows(10))
+    data = rows.to_iterable_dataset() if streaming else rows
+    output = tmp_path / "out.jsonl"
+    with pytest.raises(type(error)):
+        run_scoring_job(data, RefusesFirstChunk(error, batch_size=4), output, data_fingerprint="rows", progress=False)
+    assert list(tmp_path.iterdir()) == []
+    corrected = LengthRatioScorer(batch_size=5)
+    assert run_scoring_job(data, corrected, output, data_fingerprint="rows", progress=False).scored == 10
+
+
+def test_a_streamed_row_refused_in_the_first_chunk_leaves_nothing_behind(tmp_path):
+    """A stream's rows are checked chunk by chunk, after the work directory is made: a bad row in
+    its first chunk leaves nothing behind.
+
+    Round five, item 10.
+    """
+    rows = make_rows(6)
+    del rows[1]["output"]
+    output = tmp_path / "out.jsonl"
+    with pytest.raises(ValueError, match=r"Row 1 \(id='r1'\) has no field 'output'"):
+        run_scoring_job(Dataset.from_list(rows).to_iterable_dataset(), LengthRatioScorer(), output,
+                        data_fingerprint="rows", progress=False)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_failure_after_a_saved_chunk_keeps_the_work_directory_to_resume(tmp_path):
+    """Only a run that saved nothing leaves nothing: saved chunks stay for the rerun.
+
+    Round five, item 10.
+    """
+    output = tmp_path / "out.jsonl"
+    with pytest.raises(KeyboardInterrupt):
+        run_scoring_job(Dataset.from_list(make_rows(10)), CrashAfter(rows=4, batch_size=4), output, progress=False)
+    assert (work_dir_for(output) / "manifest.json").is_file()
+
+
+def test_the_summary_of_a_resumed_run_says_its_rate_counts_only_this_runs_rows():
+    """After a resume the rate counts only the rows this run scored, and the summary says so.
+
+    Round five, item 21.
+    """
+    from hf_adapters.jobs import JobSummary
+
+    assert str(JobSummary(rows=23, valid=20, seconds=2.0, scored=11)) == \
+        "23 rows, 20 valid scores; this run scored 11 of them, 5.5 rows/s"
+    assert str(JobSummary(rows=23, valid=20, seconds=2.0, scored=0)) == "23 rows, 20 valid scores, all scored by an " \
+        "earlier run"
+    assert str(JobSummary(rows=23, valid=20, seconds=2.0, scored=23)) == "23 rows, 20 valid scores, 11.5 rows/s"
+
+
+def test_running_a_finished_job_again_does_nothing_unless_its_output_would_differ(tmp_path):
+    """A finished job run again is skipped; another output format, other score columns, another
+    config or ``overwrite`` score it again.
+
+    Round five, item 21.
+    """
+    from hf_adapters.score_files import OutputFormat
+
+    rows = Dataset.from_list(make_rows(9))
+    output = tmp_path / "out.jsonl"
+    assert not run_scoring_job(rows, LengthRatioScorer(), output, progress=False).skipped
+    again = LengthRatioScorer(batch_size=2)
+    summary = run_scoring_job(rows, again, output, progress=False)
+    assert summary.skipped and again.scored_rows == [] and (summary.rows, summary.scored) == (9, 0)
+    assert summary.valid == sum(line["score"] is not None for line in read_jsonl(output))
+    for changed in ({"output": OutputFormat(keep_columns=True)}, {"overwrite": True}):
+        scorer = LengthRatioScorer()
+        assert not run_scoring_job(rows, scorer, output, progress=False, **changed).skipped
+        assert len(scorer.scored_rows) == 9
+    scorer = LengthRatioScorer(delay=0.001)
+    assert not run_scoring_job(rows, scorer, output, progress=False).skipped and len(scorer.scored_rows) == 9
 
 
 def test_a_kill_during_the_final_cleanup_leaves_a_complete_output_that_needs_no_work(tmp_path, monkeypatch):

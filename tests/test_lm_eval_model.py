@@ -5,6 +5,7 @@ perplexity, a multiple choice, IFEval), request by request, and from lm-eval's c
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import subprocess
@@ -18,10 +19,14 @@ from lm_eval.api.instance import Instance  # noqa: E402
 from lm_eval.models.huggingface import HFLM  # noqa: E402
 from lm_eval.tasks import TaskManager  # noqa: E402
 
+from hf_adapters import cli  # noqa: E402
 from hf_adapters.backends import TransformersBackend  # noqa: E402
 from hf_adapters.integrations.lm_eval_harness import HFAdaptersLM  # noqa: E402
+from hf_adapters.integrations.lm_eval_harness.errors import ModelArgumentError  # noqa: E402
+from hf_adapters.integrations.lm_eval_harness.model import LM_EVAL_DEFAULT_DEVICE  # noqa: E402
 
 TASKS = Path(__file__).parent / "lm_eval_tasks"
+PARALLEL = Path(__file__).resolve().parents[1] / "hf_adapters" / "data" / "parallel_sample.jsonl"
 RTOL = 1e-5
 
 
@@ -146,3 +151,120 @@ def test_lm_evals_command_line_runs_our_model_and_our_parity_task_offline(model_
     [results] = tmp_path.glob("**/results_*.json")
     metrics = json.loads(results.read_text())["results"]["information_parity"]
     assert any(name.endswith("_information_parity,none") and value > 0 for name, value in metrics.items())
+
+
+def lm_eval_argv(model_dir: str, model_args: str, *options: str, metadata: bool = True) -> list[str]:
+    """``hf-adapters lm-eval`` on the tiny model, our parity task over the shipped sample, one pair a language."""
+    return ["lm-eval", "--model", "hf-adapters", "--model_args", f"model_id={model_dir},{model_args}".rstrip(","),
+            "--tasks", "information_parity", "--limit", "1", *options,
+            *(["--metadata", json.dumps({"data_files": str(PARALLEL)})] if metadata else [])]
+
+
+def one_error_line(argv: list[str], capsys) -> str:
+    """The command's one ``error:`` line, last on stderr, with exit status 2 and no traceback."""
+    for handler in logging.getLogger("lm_eval").handlers:  # lm-eval's, set up in an earlier test to its stderr
+        if type(handler) is logging.StreamHandler:
+            handler.stream = sys.stderr
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in err and err.rstrip().endswith(errors[0]), err[-2000:]
+    return errors[0]
+
+
+def test_batch_size_and_device_in_model_args_are_lm_evals_own_settings_given_once(model_dir, tmp_path):
+    """lm-eval passes its own --batch_size and --device to the model beside --model_args (its defaults, 1 and
+    cuda:0, when they are not given): named in --model_args, or in both places with one value, each is
+    used once, and lm-eval's results record it.
+
+    Round five, item 13."""
+    argv = lm_eval_argv(model_dir, "batch_size=4,device=cpu", "--batch_size", "4", "--output_path", str(tmp_path))
+    assert cli.main(argv) == 0
+    [results] = tmp_path.glob("**/results_*.json")
+    config = json.loads(results.read_text())["config"]
+    assert (str(config["batch_size"]), config["device"]) == ("4", "cpu")
+
+
+@pytest.mark.parametrize("model_args, option", [("batch_size=4", ["--batch_size", "8"]),
+                                                ("device=cpu", ["--device", "cuda"])], ids=["batch_size", "device"])
+def test_a_setting_named_in_model_args_and_by_lm_eval_with_two_values_is_one_error_line(
+        model_args, option, model_dir, capsys):
+    """Given twice with two values, neither wins silently: lm-eval's ``hf`` model stops there too (with
+    Python's "got multiple values").
+
+    Round five, item 13."""
+    name = model_args.split("=")[0]
+    assert f"{name} is given twice" in one_error_line(lm_eval_argv(model_dir, model_args, *option), capsys)
+
+
+def test_from_python_each_setting_is_taken_once_as_lm_evals_hf_model_takes_it(model_dir):
+    """``simple_evaluate``'s settings (None: not given) beside model arguments: one value each.
+
+    Round five, item 13."""
+    unset = {"batch_size": None, "max_batch_size": None, "device": None}
+    assert HFAdaptersLM.create_from_arg_string(f"model_id={model_dir},batch_size=16", unset).rows_per_batch == 16
+    assert HFAdaptersLM.create_from_arg_string(f"model_id={model_dir}", {**unset, "batch_size": 8}).rows_per_batch == 8
+    assert HFAdaptersLM.create_from_arg_obj({"model_id": model_dir, "batch_size": 16},
+                                            {"batch_size": "16"}).rows_per_batch == 16
+    with pytest.raises(ModelArgumentError, match="batch_size is given twice, 16 in --model_args and 8"):
+        HFAdaptersLM.create_from_arg_string(f"model_id={model_dir},batch_size=16", {**unset, "batch_size": 8})
+    with pytest.raises(TypeError, match="multiple values for keyword argument 'batch_size'"):
+        HFLM.create_from_arg_string(f"pretrained={model_dir},batch_size=16", {"batch_size": 8})
+
+
+def test_an_unknown_model_argument_is_one_error_line_and_exit_2(model_dir, capsys):
+    """Round five, item 14."""
+    line = one_error_line(lm_eval_argv(model_dir, "foo=1"), capsys)
+    assert line.startswith("error: hf-adapters does not take foo: remove it from --model_args")
+
+
+@pytest.mark.parametrize("value", ["abc", 0, "0", -2, 2.5, True, "auto:x"])
+def test_batch_size_must_be_a_whole_number_of_rows_or_auto(value, model, tokenizer):
+    """Round five, item 20."""
+    with pytest.raises(ModelArgumentError, match=r"batch_size must be a whole number of rows of at least 1, or 'auto'"):
+        ours(model, tokenizer, batch_size=value)
+
+
+@pytest.mark.parametrize("value, rows", [("auto", None), ("auto:4", None), (16, 16), ("16", 16), (None, None)])
+def test_batch_size_auto_or_a_whole_number_is_taken(value, rows, model, tokenizer):
+    """Round five, item 20."""
+    assert ours(model, tokenizer, batch_size=value).rows_per_batch == rows
+
+
+def test_a_bad_batch_size_from_the_command_line_is_one_error_line(model_dir, capsys):
+    """Round five, item 20."""
+    assert "got 'abc'" in one_error_line(lm_eval_argv(model_dir, "batch_size=abc"), capsys)
+
+
+def test_lm_evals_unasked_cuda_device_falls_back_quietly_and_a_named_one_with_a_warning(
+        model, tokenizer, model_dir, monkeypatch, caplog, capsys):
+    """lm-eval's command line passes ``cuda:0`` when no device is named: on a machine without CUDA the
+    fallback to the default device is a debug line, shown with lm-eval's ``--verbosity DEBUG``; a CUDA
+    device named falls back with a warning.
+
+    Round five, item 22."""
+    from lm_eval.config.evaluate_config import EvaluatorConfig
+
+    assert EvaluatorConfig().device == LM_EVAL_DEFAULT_DEVICE
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    caplog.set_level(logging.DEBUG, logger="hf_adapters.integrations.lm_eval_harness.model")
+
+    def fallbacks(**settings) -> list[int]:
+        caplog.clear()
+        assert ours(model, tokenizer, **settings).backend is not None
+        return [record.levelno for record in caplog.records if "not available here" in record.getMessage()]
+
+    assert fallbacks(device=LM_EVAL_DEFAULT_DEVICE) == [logging.DEBUG]
+    assert fallbacks(device="cuda") == [logging.WARNING]
+    assert fallbacks(device="cpu") == []
+    caplog.set_level(logging.NOTSET, logger="hf_adapters.integrations.lm_eval_harness.model")  # the package's level
+    for options, shown in (([], []), (["--verbosity", "DEBUG"], [logging.DEBUG])):
+        caplog.clear()
+        one_error_line(lm_eval_argv(model_dir, "", *options, metadata=False), capsys)  # after the model is built
+        assert [record.levelno for record in caplog.records if "not available here" in record.getMessage()] == shown
+
+
+def test_a_device_torch_does_not_know_is_refused_by_name(model, tokenizer):
+    """Round five, item 14."""
+    with pytest.raises(ModelArgumentError, match="device='tpu' is not a device torch knows"):
+        ours(model, tokenizer, device="tpu")

@@ -2,13 +2,16 @@
 by lm-eval's own ``hf`` model on a tiny model saved to a folder, against ``metrics/information_parity``."""
 
 import importlib
+import logging
 import math
 import statistics
+import sys
 
 import evaluate
 import pytest
 from tokenizers import processors
 
+from hf_adapters import cli
 from hf_adapters.data_io import read_records
 from hf_adapters.parallel_corpus import group_by_language, pair_ids
 from tests.conftest import build_model, build_tokenizer, saved_model, write_jsonl
@@ -127,3 +130,26 @@ def test_languages_restrict_and_data_files_are_required(rows_file):
     assert {doc["lang"] for doc in task["information_parity"].eval_docs} == {"deu_Latn"}
     with pytest.raises(ValueError, match="data_files"):
         lm_eval_tasks.get_task_dict(["information_parity"], manager())
+
+
+@pytest.mark.parametrize("metadata, message", [
+    ([], "pass the parallel files, e.g. --metadata"),
+    (["--metadata", '{"data_files": "no/such/folder"}'], "No parallel file or folder at no/such"),
+    (["--metadata", '{"data_files": "PARALLEL", "languages": "xho_Latn"}'], "Language(s) ['xho_Latn'] not in the data"),
+], ids=["no data_files", "missing files", "unknown language"])
+def test_the_tasks_data_refused_is_one_error_line_from_the_command_line(metadata, message, model_dir, rows_file,
+                                                                         capsys):
+    """``hf-adapters lm-eval``: the task's clear message as one ``error:`` line, exit 2, no traceback.
+
+    Round five, item 14."""
+    metadata = [argument.replace("PARALLEL", str(rows_file)) for argument in metadata]
+    for handler in logging.getLogger("lm_eval").handlers:  # lm-eval's, set up in an earlier test to its stderr
+        if type(handler) is logging.StreamHandler:
+            handler.stream = sys.stderr
+    argv = ["lm-eval", "--model", "hf-adapters", "--model_args", f"model_id={model_dir}",
+            "--tasks", "information_parity", "--limit", "1", *metadata]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert "Traceback" not in err and len(errors) == 1 and err.rstrip().endswith(errors[0]), err[-2000:]
+    assert errors[0].startswith(f"error: information_parity: {message}")

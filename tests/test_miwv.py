@@ -108,3 +108,27 @@ def test_the_column_holds_the_scores_and_each_rows_example(model, tokenizer):
     assert scored["miwv"] == pytest.approx(expected["miwv_scores"], nan_ok=True)
     with pytest.raises(ValueError, match="a stream does not hold"):
         add_miwv_column(ds.to_iterable_dataset(), model=model, tokenizer=tokenizer)
+
+
+def test_a_missing_input_reads_as_empty_as_in_every_scorer(model, tokenizer):
+    """``add_miwv_column`` on rows whose ``input`` is None (JSON null, a column with gaps) raised a
+    TypeError, where every other scorer reads a missing input as "". Round five, item 20."""
+    rows = [{**row, "input": row["input"] or None} for row in ROWS]
+    ds = Dataset.from_list(rows).add_column("embedding", EMBEDDINGS.tolist())
+    scored = add_miwv_column(ds, model=model, tokenizer=tokenizer)
+    expected = compute_miwv(*columns(ROWS), embeddings=EMBEDDINGS, model=model, tokenizer=tokenizer)
+    assert scored["miwv"] == pytest.approx(expected["miwv_scores"], nan_ok=True)
+    direct = compute_miwv(*columns(rows), embeddings=EMBEDDINGS, model=model, tokenizer=tokenizer)
+    assert direct["miwv_scores"] == pytest.approx(expected["miwv_scores"], nan_ok=True)
+    with pytest.raises(TypeError, match="single string"):
+        compute_miwv(*columns(ROWS)[:2], inputs="", embeddings=EMBEDDINGS, model=model, tokenizer=tokenizer)
+
+
+def test_a_row_without_an_answer_token_is_nan_with_a_warning_naming_it(model, tokenizer, caplog):
+    """The same policy as every scorer: NaN for the row, and a warning that names it. Round five, item 11."""
+    import logging
+
+    with caplog.at_level(logging.WARNING):
+        result = compute_miwv(*columns(ROWS), embeddings=EMBEDDINGS, model=model, tokenizer=tokenizer)
+    assert math.isnan(result["miwv_scores"][4])
+    assert "Row 4 has an empty output; its MIWV is NaN." in caplog.text

@@ -68,6 +68,60 @@ def test_a_bad_conversation_gets_nan_and_a_warning_naming_it_in_the_metrics(mode
     assert re.search(r"(Row |\[)1\b", caplog.text), caplog.text
 
 
+def excess_loss_of(entry: str, conversations: list, model, tokenizer, **options) -> dict:
+    """Excess loss of ``conversations`` (the model against itself) through the function or the metric module."""
+    models = {"model": model, "tokenizer": tokenizer, "reference_model": model, "reference_tokenizer": tokenizer}
+    if entry == "function":
+        from hf_adapters.excess_loss import compute_excess_loss
+
+        return compute_excess_loss(messages=conversations, **models, **options)
+    return evaluate.load("./metrics/excess_loss").compute(messages=conversations, **models, **options)
+
+
+@pytest.mark.parametrize("entry", ["function", "metric"])
+def test_compute_excess_loss_gives_nan_and_a_warning_naming_a_conversation_it_cannot_score(
+        model, tokenizer, caplog, entry):
+    """``compute_excess_loss(messages=...)`` raised ConversationError for the whole batch when one
+    conversation could not be scored, where the metric module, ``add_excess_loss_column`` and perplexity
+    give that row NaN with a warning naming it. One policy; the token outputs stay one per row.
+    Round five, item 11."""
+    with caplog.at_level(logging.WARNING):
+        result = excess_loss_of(entry, [GOOD, NO_ASSISTANT, GOOD], model, tokenizer, return_token_losses=True)
+    assert result["excess_losses"][0] == result["excess_losses"][2] == 0.0 and math.isnan(result["excess_losses"][1])
+    assert math.isnan(result["losses"][1]) and result["losses"][0] == result["losses"][2]
+    assert result["tokens"][1] == [] and result["tokens"][0] == result["tokens"][2] != []
+    assert all(len(result[key]) == 3 for key in ("excess_loss_sums", "reference_losses", "token_excess_losses",
+                                                 "token_losses", "reference_token_losses"))
+    assert re.search(r"Row 1: the conversation has no assistant turn", caplog.text), caplog.text
+
+
+@pytest.mark.parametrize("entry", ["function", "metric"])
+def test_an_empty_assistant_answer_gives_nan_and_a_warning_naming_the_conversation(model, tokenizer, caplog, entry):
+    """A conversation whose assistant turns are all empty has no token to score: NaN, and the warning
+    names the conversation (not the core's position of a turn among all turns). Round five, item 11."""
+    empty = [GOOD[0], {"role": "assistant", "content": ""}]
+    with caplog.at_level(logging.WARNING):
+        result = excess_loss_of(entry, [GOOD, GOOD, empty], model, tokenizer)
+    assert math.isnan(result["excess_losses"][2]) and result["excess_losses"][:2] == [0.0, 0.0]
+    assert "Row 2 has no assistant token to score" in caplog.text and "Item" not in caplog.text, caplog.text
+
+
+@pytest.mark.parametrize(("scorer", "label"), [("UPDScorer", "UPD"), ("HESScorer", "HES")])
+def test_upd_and_hes_warn_naming_a_row_with_an_empty_answer(model, tokenizer, caplog, scorer, label):
+    """UPD and HES gave NaN for an empty answer without the warning naming the row that the other
+    scorers give; it names the row by its index in the data and its id. Round five, item 11."""
+    from hf_adapters.columns import add_score_columns
+    from hf_adapters.scorers import build_scorer
+
+    ds = Dataset.from_dict({"id": ["a", "b", "c"], "instruction": ["Say hi.", "Say nothing.", "Say bye."],
+                            "input": ["", "", ""], "output": ["Hi!", "", "Bye."]})
+    with caplog.at_level(logging.WARNING):
+        scored = add_score_columns(ds, build_scorer({"name": scorer}, model=model, tokenizer=tokenizer), batch_size=2)
+    values = scored[scorer[:-6].lower()]
+    assert math.isnan(values[1]) and math.isfinite(values[0]) and math.isfinite(values[2])
+    assert f"Row 1 (id='b') has an empty output; its {label} is NaN." in caplog.text, caplog.text
+
+
 @pytest.mark.parametrize(("option", "default"), [("convention", "exact"), ("direction", "forward"),
                                                  ("return_token_losses", False)])
 def test_the_ifd_metric_with_messages_accepts_options_at_their_defaults(model, tokenizer, option, default):

@@ -217,3 +217,119 @@ def test_the_commands_that_take_a_model_take_plugins(command, capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert "--plugin MODULE" in text and "HF_ADAPTERS_PLUGINS" in text and "hf_adapters.backends" in text
 
+
+
+@pytest.fixture
+def plugin_folder(tmp_path, monkeypatch, registries_kept):
+    """Write a plugin module into a folder on ``sys.path``: ``write(name, code)``; the modules written
+    are forgotten afterwards, and the registries are as they were."""
+    folder, written = tmp_path / "plugin_modules", []
+    folder.mkdir()
+    monkeypatch.syspath_prepend(str(folder))
+
+    def write(name: str, code: str) -> str:
+        (folder / f"{name}.py").write_text(code, encoding="utf-8")
+        written.append(name)
+        return name
+
+    yield write
+    for name in written:
+        sys.modules.pop(name, None)
+
+
+def plugin_error(way: str, module: str, tmp_path: Path, capsys, monkeypatch) -> str:
+    """The error ``score`` prints for the plugin ``module``, named by ``way``; asserts exit status 2, one
+    line, and no output written."""
+    args = ["score", "config.yaml", "--data", "rows.jsonl", "--output", str(tmp_path / "out.jsonl")]
+    if way == "--plugin":
+        args += ["--plugin", module]
+    else:
+        monkeypatch.setenv("HF_ADAPTERS_PLUGINS", module)
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    assert not (tmp_path / "out.jsonl").exists()
+    return err
+
+
+TAKES_PPL_SCORER = '''
+from hf_adapters.scorers import RowScorer, register_scorer
+
+
+@register_scorer
+class MyPPL(RowScorer):
+    name = "PPLScorer"
+'''
+
+TAKES_TRANSFORMERS = '''
+from hf_adapters.backends import TransformersBackend, register_backend
+
+
+class Patched(TransformersBackend):
+    pass
+
+
+register_backend(Patched)
+'''
+
+
+@pytest.mark.parametrize("way", ["--plugin", "HF_ADAPTERS_PLUGINS"])
+@pytest.mark.parametrize(("code", "kind", "name"), [(TAKES_PPL_SCORER, "scorer", "PPLScorer"),
+                                                    (TAKES_TRANSFORMERS, "backend", "transformers")])
+def test_a_plugin_registering_under_a_built_in_name_is_refused_naming_the_plugin_and_the_name(
+        plugin_folder, way, code, kind, name, tmp_path, capsys, monkeypatch):
+    """A plugin may not replace ``PPLScorer`` or ``transformers``: the same config would write other scores.
+
+    Round five, item 4."""
+    from hf_adapters.backends import TransformersBackend
+    from hf_adapters.scorers import PPLScorer
+
+    module = plugin_folder("takes_a_builtin", code)
+    err = plugin_error(way, module, tmp_path, capsys, monkeypatch)
+    assert f"the plugin module 'takes_a_builtin' ({way})" in err
+    assert f"cannot be registered as the {kind} '{name}': that is the built-in" in err
+    assert "Give the class a `name` of its own" in err
+    assert SCORERS["PPLScorer"] is PPLScorer and BACKENDS["transformers"] is TransformersBackend
+
+
+def test_a_plugin_replacing_a_built_in_in_the_registry_itself_is_refused(plugin_folder, tmp_path, capsys,
+                                                                          monkeypatch):
+    """Assigning to ``BACKENDS`` or ``SCORERS`` is caught as well as ``register_*``.
+
+    Round five, item 4."""
+    module = plugin_folder("assigns_a_builtin", "from hf_adapters.backends import BACKENDS\n"
+                           "from hf_adapters.scorers import SCORERS\n\n"
+                           "BACKENDS['vllm'] = BACKENDS['transformers']\nSCORERS['IFDScorer'] = SCORERS['PPLScorer']\n")
+    err = plugin_error("--plugin", module, tmp_path, capsys, monkeypatch)
+    assert err == ("error: the plugin module 'assigns_a_builtin' (--plugin) replaced the built-in backend 'vllm' and "
+                   "scorer 'IFDScorer' in the registry; register its class under a name of its own and name that in "
+                   "the config.\n")
+
+
+def test_registering_a_built_in_class_again_or_a_new_name_is_still_allowed(registries_kept):
+    """Only another class under a built-in's name is refused.
+
+    Round five, item 4."""
+    from hf_adapters.backends import TransformersBackend, register_backend
+    from hf_adapters.scorers import PPLScorer, register_scorer
+
+    assert register_backend(TransformersBackend) is TransformersBackend
+    assert register_scorer(PPLScorer) is PPLScorer
+    renamed = register_scorer(type("MyPPL", (PPLScorer,), {"name": "MyPPL"}))
+    assert SCORERS["MyPPL"] is renamed and SCORERS["PPLScorer"] is PPLScorer
+    with pytest.raises(ValueError, match=r"cannot be registered as the scorer 'PPLScorer'"):
+        register_scorer(type("Inherits", (PPLScorer,), {}))  # a subclass keeps its parent's name
+
+
+@pytest.mark.parametrize("way", ["--plugin", "HF_ADAPTERS_PLUGINS"])
+@pytest.mark.parametrize(("call", "shown"), [("sys.exit(0)", "sys.exit(0)"), ("sys.exit()", "sys.exit(None)"),
+                                             ("sys.exit('no GPU here')", "sys.exit('no GPU here')")])
+def test_a_plugin_module_calling_sys_exit_at_import_is_reported_like_any_plugin_failure(
+        plugin_folder, way, call, shown, tmp_path, capsys, monkeypatch):
+    """``sys.exit(0)`` in a plugin made ``score`` exit 0 with no output and no word.
+
+    Round five, item 16."""
+    module = plugin_folder("exits_at_import", f"import sys\n\n{call}\n")
+    err = plugin_error(way, module, tmp_path, capsys, monkeypatch)
+    assert err == (f"error: cannot import the plugin module 'exits_at_import' ({way}): it called {shown} while being "
+                   "imported; a plugin module should only define and register its classes\n")

@@ -97,6 +97,27 @@ def test_parquet_with_the_rows_columns_equals_the_single_process_jobs(ray_cluste
     assert_same_scores(on_ray.select(["id", "score"]).to_pylist(), plain.select(["id", "score"]).to_pylist())
 
 
+def test_rows_without_ids_get_their_numbers_on_ray_and_a_finished_job_is_not_run_again(ray_cluster, config,
+                                                                                         tmp_path, capsys):
+    """Rows without an id are written with their row number by the Ray engine as by the default one
+    (not ``""``), and the same command on a finished job's output does nothing, saying so.
+
+    Round five, items 6 and 21.
+    """
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps({"instruction": f"Say {i}.", "output": "A fox. " * i}) + "\n"
+                            for i in range(6)), encoding="utf-8")
+    assert score(config, data, tmp_path / "plain.jsonl") == 0
+    assert score(config, data, tmp_path / "ray.jsonl", "--engine", "ray") == 0
+    assert [line["id"] for line in read_jsonl(tmp_path / "ray.jsonl")] == list(range(6))
+    assert_same_scores(read_jsonl(tmp_path / "ray.jsonl"), read_jsonl(tmp_path / "plain.jsonl"))
+    capsys.readouterr()
+    assert score(config, data, tmp_path / "ray.jsonl", "--engine", "ray") == 0
+    assert capsys.readouterr().out.splitlines() == [
+        f"{tmp_path / 'ray.jsonl'} is already this job's complete output (6 rows, 6 valid scores): nothing to do. "
+        "Pass --overwrite to score it again."]
+
+
 def test_the_python_entry_returns_the_score_columns_in_order(ray_cluster, tiny_model_dir):
     from datasets import Dataset
 

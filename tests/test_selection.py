@@ -92,3 +92,12 @@ def test_select_command_refuses_a_score_file_of_other_data(tmp_path, capsys):
     assert cli.main(["select", "--data", str(data), "--scores", str(scores), "--top-n", "1",
                      "--output", str(tmp_path / "out.jsonl")]) == 2
     assert "Row 1: the data's id 'b' differs from the score file's 'c'" in capsys.readouterr().err
+
+
+def test_select_by_rule_imports_from_the_package():
+    """The README names `select_by_rule` beside the package's top-level helpers.
+    Round five, item 20."""
+    from hf_adapters import select_by_rule
+
+    ds = Dataset.from_dict({"id": ["a", "b", "c"], "perplexity": [3.0, 1.5, 2.0]})
+    assert select_by_rule(ds, "perplexity", top_n=2)["id"] == ["b", "c"]

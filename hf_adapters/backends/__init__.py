@@ -17,25 +17,30 @@ import torch
 
 from ..models import DEFAULT_MODEL_ID, resolve_dtype
 from ..options import DEFAULT_BATCH_SIZE, OptionSpec, check_batch_size
-from ..plugins import BACKEND_GROUP, entry_point_class, entry_point_names
+from ..plugins import BACKEND_GROUP, entry_point_class, entry_point_names, refuse_builtin_name
 from .base import LikelihoodBackend
 from .transformers_model import TransformersBackend, score_continuations
 from .vllm_model import VLLMBackend
 
 #: Backend classes by the name a config's ``backend:`` key gives.
 BACKENDS: dict[str, type[LikelihoodBackend]] = {}
+#: The package's own backends, whose names no other class may take (:func:`register_backend`).
+BUILTIN_BACKENDS: dict[str, type[LikelihoodBackend]] = {}
 
 
 def register_backend(cls: type[LikelihoodBackend]) -> type[LikelihoodBackend]:
-    """Class decorator: make ``cls`` available as ``backend: cls.name`` in configs."""
+    """Class decorator: make ``cls`` available as ``backend: cls.name`` in configs. A ValueError for a
+    class without a name, or with a built-in backend's name (``transformers``, ``vllm``)."""
     if not cls.name:
         raise ValueError(f"{cls.__name__} needs a `name` to be registered.")
+    refuse_builtin_name(cls, "backend", BUILTIN_BACKENDS)
     BACKENDS[cls.name] = cls
     return cls
 
 
 register_backend(TransformersBackend)
 register_backend(VLLMBackend)
+BUILTIN_BACKENDS.update(BACKENDS)
 
 
 def backend_class(name: str) -> type[LikelihoodBackend]:

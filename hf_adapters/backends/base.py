@@ -210,7 +210,11 @@ def score_problem(item: Item, score: Any, token_losses: bool, entropies: bool = 
                 "(every token is scored unless the item was truncated)")
     if not isinstance(nll, numbers.Real):
         return f"nll is a {type(nll).__name__}, not a float"
-    if count and not (math.isfinite(nll) and nll >= 0):
+    # NaN is the score of an item with a token whose log-probability the model gave as -inf or NaN
+    # (an underflow): its token NLLs, given then, show that value.
+    unscorable = math.isnan(nll) and any(isinstance(value, numbers.Real) and not math.isfinite(value)
+                                         for value in score.token_nlls or ())
+    if count and not (math.isfinite(nll) and nll >= 0) and not unscorable:
         return f"nll={nll!r} for {count} scored tokens (a finite NLL >= 0 is expected)"
     if not count and not math.isnan(nll):
         return f"nll={nll!r} with no scored token (NaN is expected)"
@@ -241,7 +245,8 @@ def check_scores(backend: LikelihoodBackend, items: Sequence[Item], scores: Any,
                  ) -> list[ContinuationScore]:
     """``scores`` as a list, if they keep the contract of ``backend.score(items)``: one
     :class:`ContinuationScore` per item; every continuation token scored unless the item was
-    truncated (then fewer); a finite NLL >= 0 where a token was scored, NaN where none was; with
+    truncated (then fewer); a finite NLL >= 0 where a token was scored (or NaN, where its token NLLs
+    hold a non-finite one: an underflow), NaN where none was; with
     ``token_losses``, one token NLL per scored token; with ``entropies``, one finite entropy >= 0 per
     scored token; with ``greedy``, a bool. Else a :class:`BackendContractError` naming the
     backend, the item and what is wrong."""

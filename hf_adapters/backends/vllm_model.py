@@ -107,6 +107,18 @@ def load_engine(model_id: str, dtype: Any, device: Any, engine_args: dict[str, A
         return _ENGINES[key], platform, dtype_name
 
 
+def _non_finite_score(unit: PreparedItem, nlls: tuple[float, ...], greedy: bool | None) -> ContinuationScore | None:
+    """NaN for an item one of whose log-probabilities vLLM gave as -inf (an underflow) or NaN, with a
+    warning naming the item, and its token NLLs, which show the value (the contract's leave for a NaN
+    NLL); None when every one is finite."""
+    for position, nll in enumerate(nlls):
+        if not math.isfinite(nll):
+            logger.warning("Item %d: vLLM gave its scored token %d of %d the log-probability %s (an underflow); "
+                           "its score is NaN.", unit.index, position, len(nlls), -nll)
+            return ContinuationScore(math.nan, len(nlls), unit.truncated, nlls, greedy=greedy)
+    return None
+
+
 class VLLMBackend(LikelihoodBackend):
     """A model served by a ``vllm.LLM`` engine in this process.
 
@@ -222,9 +234,10 @@ class VLLMBackend(LikelihoodBackend):
             for unit in host.units:
                 scored = slice(unit.first_scored - first, len(unit.input_ids) - first)
                 nlls = tuple(-value for value in logprobs[scored])
-                results[unit.index] = ContinuationScore(math.fsum(nlls), len(nlls), unit.truncated,
-                                                        nlls if token_losses else None,
-                                                        greedy=None if tops is None else all(tops[scored]))
+                flag = None if tops is None else all(tops[scored])
+                results[unit.index] = (_non_finite_score(unit, nlls, flag) or
+                                       ContinuationScore(math.fsum(nlls), len(nlls), unit.truncated,
+                                                         nlls if token_losses else None, greedy=flag))
         return results  # type: ignore[return-value]
 
     def default_stop_token_ids(self) -> list[int]:
@@ -246,7 +259,9 @@ class VLLMBackend(LikelihoodBackend):
         on_result: Callable[[int, list[int]], None] | None = None,
     ) -> list[list[int]]:
         """Greedy responses (temperature 0, no penalty), each without its stop token; all prompts are
-        queued at once and ``on_result(index, tokens)`` is called as each one finishes."""
+        queued at once and ``on_result(index, tokens)`` is called as each one finishes. A call that stops
+        (a prompt the engine refuses, an error, Ctrl-C) leaves none of its prompts queued in the engine,
+        where they would run in the next call."""
         from tqdm.auto import tqdm
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
@@ -256,21 +271,32 @@ class VLLMBackend(LikelihoodBackend):
                                 ignore_eos=self.tokenizer.eos_token_id not in stops, detokenize=False)
         engine = self.llm.llm_engine
         run = uuid.uuid4().hex
-        for index, prompt in enumerate(prompts):
-            engine.add_request(f"{run}-{index}", TokensPrompt(prompt_token_ids=list(prompt)), params)
+        queued: list[str] = []  # this call's requests in the engine, unfinished
         responses: list[list[int] | None] = [None] * len(prompts)
-        show = progress if progress is not None else len(prompts) > 1
-        with tqdm(total=len(prompts), desc=desc, unit="prompt", disable=not show) as bar:
-            while engine.has_unfinished_requests():
-                for output in engine.step():
-                    if not output.finished or not output.request_id.startswith(run):
-                        continue
-                    index = int(output.request_id.rsplit("-", 1)[1])
-                    tokens = list(output.outputs[0].token_ids)
-                    if tokens and tokens[-1] in stops:
-                        tokens.pop()
-                    responses[index] = tokens
-                    if on_result is not None:
-                        on_result(index, tokens)
-                    bar.update(1)
+        try:
+            for index, prompt in enumerate(prompts):
+                try:
+                    engine.add_request(f"{run}-{index}", TokensPrompt(prompt_token_ids=list(prompt)), params)
+                except ValueError as error:
+                    raise ValueError(f"Prompt {index} of {len(prompts)} ({len(prompt)} tokens): {error}") from error
+                queued.append(f"{run}-{index}")
+            show = progress if progress is not None else len(prompts) > 1
+            with tqdm(total=len(prompts), desc=desc, unit="prompt", disable=not show) as bar:
+                while engine.has_unfinished_requests():
+                    for output in engine.step():
+                        if not output.finished or not output.request_id.startswith(run):
+                            continue
+                        queued.remove(output.request_id)
+                        index = int(output.request_id.rsplit("-", 1)[1])
+                        tokens = list(output.outputs[0].token_ids)
+                        if tokens and tokens[-1] in stops:
+                            tokens.pop()
+                        responses[index] = tokens
+                        if on_result is not None:
+                            on_result(index, tokens)
+                        bar.update(1)
+        except BaseException:
+            if queued:
+                engine.abort_request(queued)
+            raise
         return responses  # type: ignore[return-value]

@@ -1,32 +1,33 @@
 """The ``hf-adapters`` command line (also ``python -m hf_adapters``): one module per subcommand.
 
-Nothing outside this package imports from it."""
+Nothing outside this package imports from it. The subcommands' modules are imported by :func:`main`
+itself, so that a Ctrl-C while the command starts is answered like one at any later point: one line
+saying what is saved, and exit status 130 (:data:`INTERRUPTED`).
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
+import os
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from types import FrameType
+from typing import Any
 
-from ..openmp import wait_passively
-from ..plugins import PluginError
-from . import (
-    compare_command,
-    demo_command,
-    embed_command,
-    ifeval_command,
-    lm_eval_command,
-    parity_command,
-    perplexity_command,
-    score_command,
-    select_command,
-    summary_command,
-)
-from .arguments import import_plugins, progress_settings_kept
+logger = logging.getLogger(__name__)
 
-SUBCOMMANDS = [compare_command, demo_command, embed_command, ifeval_command, lm_eval_command, parity_command,
-               perplexity_command, score_command, select_command, summary_command]
+#: The subcommands' modules, in this package.
+SUBCOMMANDS = ("compare_command", "demo_command", "embed_command", "ifeval_command", "lm_eval_command",
+               "parity_command", "perplexity_command", "score_command", "select_command", "summary_command")
+#: The exit status of a command stopped by Ctrl-C (128 + SIGINT), as a shell gives it.
+INTERRUPTED = 130
+#: What a Ctrl-C before the command itself has begun says.
+INTERRUPTED_STARTING = "Interrupted while starting, before anything was written; run the same command again."
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -34,14 +35,42 @@ def build_parser() -> argparse.ArgumentParser:
         prog="hf-adapters", description="Exact, batched language-model scores for language data."
     )
     subparsers = parser.add_subparsers(dest="command", required=True)
-    for module in SUBCOMMANDS:
-        module.add_parser(subparsers)
+    for name in SUBCOMMANDS:
+        importlib.import_module(f".{name}", __name__).add_parser(subparsers)
+    for subparser in subparsers.choices.values():
+        if not subparser.get_default("passes_arguments_on"):
+            subparser.add_argument("-v", "--verbose", action="store_true",
+                                   help="also log the details kept at debug level: the CPU kernels' timings, the "
+                                   "hub's reachability...")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command ``argv`` gives (default: this process's arguments); its exit status.
+
+    A Ctrl-C (SIGINT) at any point, while the command starts included, prints one line saying what
+    is saved and returns :data:`INTERRUPTED`. Where ``argv`` is None (the process is this command),
+    a second Ctrl-C while the first is being handled exits at once, with the same status."""
+    state: dict[str, Any] = {}
+    with _sigint_watched(process=argv is None) as watch:
+        try:
+            return _main(argv, state, watch)
+        except BaseException as error:
+            if not (isinstance(error, KeyboardInterrupt) or watch.received):
+                raise
+            message = interrupted_message(state.get("args"), interrupted_imports(error))
+        print(message, file=sys.stderr, flush=True)
+        return INTERRUPTED
+
+
+def _main(argv: Sequence[str] | None, state: dict[str, Any], watch: _SigintWatch) -> int:
+    from ..openmp import wait_passively
+
     wait_passively()  # before any command imports torch
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    from ..plugins import PluginError
+    from .arguments import import_plugins, progress_settings_kept
+
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
     if getattr(args, "passes_arguments_on", False):
@@ -51,7 +80,125 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         import_plugins(args)
     except PluginError as error:
+        if watch.received:  # the Ctrl-C, turned into an error by the module it stopped
+            raise
         print(f"error: {error}", file=sys.stderr)
         return 2
-    with progress_settings_kept():
+    state["args"] = args
+    with progress_settings_kept(), _package_logging(getattr(args, "verbose", False)):
+        if watch.ignored:
+            logger.debug("SIGINT is ignored in this process (as a shell starts a background job): Ctrl-C does not "
+                         "stop this command.")
         return args.run(args) or 0
+
+
+def interrupted_message(args: argparse.Namespace | None, importing: Sequence[str] = ()) -> str:
+    """The one line a Ctrl-C prints: that the command was starting (no ``args`` yet); else what the
+    command's module says it saved (its ``interrupted_message(args)``); else, stopped while
+    ``importing`` modules, that it was loading its libraries; else that it saved nothing complete.
+
+    A module whose import the Ctrl-C stopped is not imported again: a library's compiled part left
+    half set up can crash the process when it is loaded a second time."""
+    if args is None:
+        return INTERRUPTED_STARTING
+    said = getattr(sys.modules.get(args.run.__module__), "interrupted_message", None)
+    if said is not None:
+        try:
+            with _not_imported_again(importing):
+                return said(args)
+        except Exception:  # noqa: BLE001 - what was saved cannot be read now: say what is certain
+            logger.debug("Could not tell what the interrupted command saved.", exc_info=True)
+    if importing:
+        return (f"Interrupted while `hf-adapters {args.command}` was loading its libraries, before it wrote anything; "
+                "run the same command again.")
+    return (f"Interrupted: `hf-adapters {args.command}` stopped before it finished, so it saved nothing complete; "
+            "run the same command again.")
+
+
+def interrupted_imports(error: BaseException) -> list[str]:
+    """The modules being imported when ``error`` (or an error it was raised while handling) came: those
+    whose own code is among its frames (importlib leaves its frames out of tracebacks)."""
+    names: list[str] = []
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        traceback = error.__traceback__
+        while traceback is not None:
+            if traceback.tb_frame.f_code.co_name == "<module>":
+                names.append(traceback.tb_frame.f_globals.get("__name__", ""))
+            traceback = traceback.tb_next
+        error = error.__cause__ or error.__context__
+    return [name for name in dict.fromkeys(names) if name]
+
+
+class _RefuseImports:
+    """A finder that refuses to import the modules ``names`` (and the modules inside them)."""
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self.names = tuple(names)
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
+        if any(name == refused or name.startswith(f"{refused}.") for refused in self.names):
+            raise ImportError(f"{name} was being imported when the Ctrl-C came; it is not imported again.")
+
+
+@contextmanager
+def _not_imported_again(names: Sequence[str]) -> Iterator[None]:
+    """While the body runs, an import of one of ``names`` (not in ``sys.modules``) raises ImportError."""
+    finder = _RefuseImports(names)
+    sys.meta_path.insert(0, finder)
+    try:
+        yield
+    finally:
+        sys.meta_path.remove(finder)
+
+
+@contextmanager
+def _package_logging(verbose: bool) -> Iterator[None]:
+    """This package's messages shown while the body runs: from INFO, or from DEBUG with ``verbose``.
+    Other libraries' show from WARNING (the root logger's level), as they do outside this command."""
+    package = logging.getLogger("hf_adapters")
+    level = package.level
+    package.setLevel(logging.DEBUG if verbose else logging.INFO)
+    try:
+        yield
+    finally:
+        package.setLevel(level)
+
+
+class _SigintWatch:
+    """Whether a SIGINT came while a command ran (a library may turn its KeyboardInterrupt into
+    another error), and what a second one does."""
+
+    def __init__(self, process: bool) -> None:
+        self.process, self.received, self.ignored = process, False, False
+
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        if self.received and self.process:
+            print("Interrupted again: stopped at once.", file=sys.stderr, flush=True)
+            os._exit(INTERRUPTED)
+        self.received = True
+        raise KeyboardInterrupt
+
+
+@contextmanager
+def _sigint_watched(process: bool) -> Iterator[_SigintWatch]:
+    """Watch SIGINT while the body runs, where Python's own handler would raise KeyboardInterrupt
+    (the main thread, a handler not set by the caller). A SIGINT ignored from the start (a background
+    job of a shell without job control) stays ignored, as the shell meant; ``--verbose`` says so.
+    A process interrupted ignores SIGINT once the command has returned: while it exits, Python puts
+    back the default action, and a second Ctrl-C would end it by the signal instead of status 130."""
+    watch = _SigintWatch(process)
+    if threading.current_thread() is not threading.main_thread():
+        yield watch
+        return
+    previous = signal.getsignal(signal.SIGINT)
+    watch.ignored = previous is signal.SIG_IGN
+    if previous is not signal.default_int_handler:
+        yield watch
+        return
+    signal.signal(signal.SIGINT, watch)
+    try:
+        yield watch
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN if process and watch.received else previous)

@@ -51,6 +51,13 @@ def print_moves(comparison: Comparison) -> None:
     print(format_table(["id", "score A", "score B", "rank A", "rank B", "moved"], rows, number=format_significant))
 
 
+def nothing_compared(a: ScoreColumn, b: ScoreColumn, comparison: Comparison) -> str:
+    """Why two files of the same rows cannot be compared: no row has a finite score in both."""
+    return (f"no row has a finite score in both files, so there is nothing to compare: of the {comparison.rows} rows, "
+            f"{comparison.left_out_a} have none in {a.source} and {comparison.left_out_b} none in {b.source} "
+            f"(column {a.column!r}); see each file's scores with `hf-adapters summary`.")
+
+
 def as_json(a: ScoreColumn, b: ScoreColumn, comparison: Comparison) -> str:
     """The comparison as one JSON object (NaN as null)."""
     result = {"a": a.source, "b": b.source, "column": a.column, **dataclasses.asdict(comparison)}
@@ -63,6 +70,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         a, b = (read_score_column(source, args.column) for source in (args.a, args.b))
         comparison = compare_scores(a, b, top_k=args.top_k, moved=args.moved, highest=not args.lowest)
+        if not comparison.compared:
+            raise ValueError(nothing_compared(a, b, comparison))
         if args.plot:
             from ..score_plots import save, scatter_figure
 
@@ -86,7 +95,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description="Compare two scorings of the same rows (same ids in the same order): Spearman and Pearson "
         "correlations over the rows with a finite score in both (the others are counted), the overlap of each "
         "file's top k rows (as `select --top-n k` keeps them), the rows whose rank moved most, and with --plot a "
-        "scatter plot.",
+        "scatter plot. Files with no row scored in both are refused (exit 2): there is nothing to compare.",
     )
     parser.add_argument("a", metavar="A", help=SCORES_HELP)
     parser.add_argument("b", metavar="B", help="the other score file, of the same rows in the same order")

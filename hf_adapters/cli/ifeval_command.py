@@ -3,13 +3,15 @@ them, and write ``DIR/samples.jsonl`` and ``DIR/results.json``; print lm-eval's 
 ``--log-format lm-eval`` (or ``both``) writes lm-eval's ``DIR/<model>/results_<time>.json`` and
 ``samples_ifeval_<time>.jsonl`` (:mod:`hf_adapters.ifeval.lm_eval_logs`).
 
-Resumable: rerun the same command after a kill and it continues with the prompts not yet generated.
+Resumable: rerun the same command after a kill and it continues with the prompts not yet generated;
+a Ctrl-C says how many responses are saved (:func:`interrupted_message`).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from ..ifeval.end_to_end import DEFAULT_MAX_NEW_TOKENS
 from ..ifeval.lm_eval_logs import LOG_FORMATS
@@ -98,3 +100,16 @@ def run(args: argparse.Namespace) -> int:
     written += results.get("lm_eval_files", [])
     print(f"\nSamples and results written to {args.output}: samples.jsonl, {', '.join(written)}")
     return 0
+
+
+def interrupted_message(args: argparse.Namespace) -> str:
+    """What a Ctrl-C leaves in the run folder, in one line (the command line prints it, and exits 130)."""
+    from ..ifeval.prompts import read_prompts
+    from ..ifeval.run_folder import SAMPLES, saved_keys
+
+    keys = {row["key"] for row in read_prompts(args.data)[: args.limit]}
+    saved = len(saved_keys(args.output) & keys)
+    if not saved:
+        return f"Interrupted before any response was saved in {args.output}; the same command starts again."
+    return (f"Interrupted with {saved:,} of {plural(len(keys), 'response')} saved in {Path(args.output) / SAMPLES}; "
+            "run the same command again to resume.")

@@ -85,7 +85,9 @@ def add_parser(subparsers) -> None:
                         f"config's `{SCORE_COLUMNS_KEY}`)")
     add_model_arguments(parser, overrides=True, device=True)
     parser.add_argument("--overwrite", action="store_true",
-                        help="discard partial results of a different job instead of refusing to mix with them")
+                        help="discard partial results of a different job instead of refusing to mix with them, and "
+                        "score a finished job again (by default the same command on its finished, unchanged output "
+                        "does nothing)")
     add_progress_argument(parser)
     ray = parser.add_argument_group("Ray engine", "score on a Ray cluster (pip install 'hf_adapters[ray]'): same rows, "
                                     "order and scores as the default engine, but not resumable (a killed job starts "
@@ -151,7 +153,7 @@ def run_job(args: argparse.Namespace, state: Any) -> int:
     from ..scorers import load_config
 
     check_engine_options(args, state.num_processes)
-    config, score_columns = job_settings(load_config(args.config), args)
+    config, score_columns = job_settings(load_config(args.config), args, args.config)
     output = OutputFormat(args.output_format, args.keep_columns, args.rows_per_shard, score_columns=score_columns)
     check_output_path(args.output, {"data": args.data, "config": args.config}, folder=output.kind == "parquet",
                       work_files=work_files(args.output, output))
@@ -171,15 +173,34 @@ def run_job(args: argparse.Namespace, state: Any) -> int:
                               data_fingerprint=fingerprint, output=with_stored_types(output, args.data),
                               expected_rows=expected)
     if state.is_main_process:
-        print(summary)
+        print(summary_line(summary, args.output))
     return 0
 
 
-def job_settings(config: dict[str, Any], args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
+def summary_line(summary: Any, output: str) -> str:
+    """What a job did, in one line: its summary, or, for a finished job run again, that it did nothing."""
+    if summary.skipped:
+        return (f"{output} is already this job's complete output ({summary.rows:,} rows, {summary.valid:,} valid "
+                "scores): nothing to do. Pass --overwrite to score it again.")
+    return str(summary)
+
+
+def job_settings(config: dict[str, Any], args: argparse.Namespace,
+                 source: str = "the config") -> tuple[dict[str, Any], Any]:
     """The scorer's config (the command's --model, --batch-size and --dtype over the file's) and the
-    score columns asked for (``--score-columns`` over the config's ``score_columns``)."""
+    score columns asked for (``--score-columns`` over the config's ``score_columns``: ``all``, output
+    names separated by commas, or a list of them; anything else is a ValueError naming ``source``)."""
     config = dict(config)
     score_columns = config.pop(SCORE_COLUMNS_KEY, None)
+    if isinstance(score_columns, str):
+        try:
+            score_columns = score_columns_argument(score_columns)
+        except argparse.ArgumentTypeError:
+            pass  # an empty name: refused below
+    if score_columns is not None and score_columns != "all" and not (
+            isinstance(score_columns, (list, tuple)) and all(isinstance(name, str) and name for name in score_columns)):
+        raise ValueError(f"{source}: `{SCORE_COLUMNS_KEY}` takes all, an output name or a list of the scorer's output "
+                         f"names (IFD: [ppl_conditional, ppl_direct]), got {score_columns!r}.")
     if args.score_columns is not None:
         score_columns = args.score_columns
     overrides = {"model": args.model, "batch_size": args.batch_size, "dtype": args.dtype, "backend": args.backend}
@@ -243,16 +264,18 @@ def with_stored_types(output: OutputFormat, data: str) -> OutputFormat:
 
 def run_on_ray(args: argparse.Namespace, config: dict, output: OutputFormat) -> int:
     """The job on Ray (the config and output already checked); prints the summary."""
-    from ..data_io import read_rows
+    from ..data_io import data_fingerprint, read_rows
     from ..ray_jobs import RayJobError, run_ray_scoring_job
 
     dataset = read_rows(args.data, split=args.split)
     try:
         summary = run_ray_scoring_job(dataset, config, args.output, num_workers=args.num_workers or 1,
                                       gpus_per_worker=args.gpus_per_worker or 0, address=args.ray_address,
-                                      progress=args.progress, output=with_stored_types(output, args.data))
+                                      progress=args.progress, output=with_stored_types(output, args.data),
+                                      data_fingerprint=data_fingerprint(args.data, args.split),
+                                      overwrite=args.overwrite)
     except RayJobError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
-    print(summary)
+    print(summary_line(summary, args.output))
     return 0

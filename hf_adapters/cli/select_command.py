@@ -5,14 +5,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 from ..conventions import SELECTION_CONVENTIONS, describe
-from ..data_io import LOADERS, read_records, read_rows, written_id
+from ..data_io import LOADERS, read_records, read_rows, row_ids, written_id
 from ..json_values import json_safe, to_json_value
 from ..output_paths import check_output_path
 from ..selection import check_scores, selection_indices
 from ..wording import noun_for, plural
-from .arguments import hide_library_progress
+from .arguments import hide_library_progress, positive_int
 
 
 def fraction(text: str) -> float:
@@ -45,15 +46,18 @@ def write_selected(dataset, indices: list[int], column: str, scores: list[float]
             handle.write(json.dumps(json_safe(row), ensure_ascii=False, default=to_json_value) + "\n")
 
 
-def diverse_rows(args: argparse.Namespace, scores: list[float], options: dict) -> tuple[list[int], dict[str, int]]:
-    """The rows ``--diversity`` keeps, on the embeddings of ``--embeddings`` (memory-mapped)."""
-    import numpy as np
-
+def diverse_rows(args: argparse.Namespace, dataset: Any, scores: list[float],
+                 options: dict) -> tuple[list[int], dict[str, int]]:
+    """The rows ``--diversity`` keeps, on the embeddings of ``--embeddings`` (memory-mapped, and
+    checked against its record of the rows it was embedded for)."""
     from ..diversity import diverse_selection
+    from ..embeddings import load_embeddings
 
     if not args.embeddings:
         raise ValueError("--diversity needs --embeddings: the .npy file `hf-adapters embed` wrote for the data.")
-    embeddings = np.load(args.embeddings, mmap_mode="r")
+    embeddings, note = load_embeddings(args.embeddings, dataset)
+    if note:
+        print(f"note: {note}", file=sys.stderr)
     return diverse_selection(scores, embeddings, args.diversity, budget=args.budget,
                              similarity_threshold=args.similarity_threshold, similarity=args.similarity,
                              neighbors=args.neighbors, clusters=args.clusters, **options)
@@ -66,11 +70,11 @@ def run(args: argparse.Namespace) -> int:
         dataset = read_rows(args.data)
         if args.column in dataset.column_names:
             raise ValueError(f"--column {args.column!r} is a column of the data; give the score another name.")
-        scores = joined_scores(dataset["id"], read_records(args.scores))
+        scores = joined_scores(row_ids(dataset), read_records(args.scores))
         options = {"top": args.top, "top_n": args.top_n, "max_score": args.max_score, "min_score": args.min_score,
                    "highest": not args.lowest, "order": args.order, "convention": args.convention}
         if args.diversity:
-            indices, removed = diverse_rows(args, scores, options)
+            indices, removed = diverse_rows(args, dataset, scores, options)
         else:
             indices, removed = selection_indices(scores, **options)
     except ValueError as error:
@@ -114,7 +118,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                            help="deita: best first, skipping rows too similar to a kept one, until --top-n (or "
                            "--budget) rows; facility_location: the --budget most representative of the top rows; "
                            "semantic_dedup: the top rows less the near-duplicates of better ones (SemDeDup)")
-    diversity.add_argument("--embeddings", help="the .npy file `hf-adapters embed` wrote for --data")
+    diversity.add_argument("--embeddings", help="the .npy file `hf-adapters embed` wrote for --data (checked "
+                           "against the record embed writes beside it; a .npy of your own without one is used as "
+                           "given, row i for row i)")
     diversity.add_argument("--budget", type=int, help="rows the diversity rule keeps")
     diversity.add_argument("--similarity-threshold", type=float,
                            help="deita, semantic_dedup: the largest cosine similarity to a better row (default: 0.9)")
@@ -123,6 +129,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                            "euclidean under --convention superfiltering)")
     diversity.add_argument("--neighbors", type=int,
                            help="facility_location: each row is represented by its k most similar rows only (sparse)")
-    diversity.add_argument("--clusters", type=int,
+    diversity.add_argument("--clusters", type=positive_int,
                            help="semantic_dedup: k-means clusters, each deduplicated on its own (default: 1)")
     parser.set_defaults(run=run)

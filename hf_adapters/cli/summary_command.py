@@ -41,7 +41,7 @@ def summary_lines(summary: Summary) -> list[str]:
 def print_summary(scores: ScoreColumn, summary: Summary, bins: Histogram, log: bool) -> None:
     print(f"{scores.source}, column {scores.column!r}")
     print("\n".join(summary_lines(summary)))
-    scale = "of equal width in log10" if log else "of equal width (--log: in log10)"
+    scale = "of equal width in log10" if log else "of equal width"
     print(f"\nHistogram of the finite scores, {len(bins.counts)} bins {scale}:" if bins.counts else
           "\nNo finite scores: no histogram.")
     if bins.counts:

@@ -27,13 +27,13 @@ def format_significant(value: float, digits: int = 4) -> str:
 def format_table(header: Sequence[str], rows: Sequence[Sequence[object]],
                  number: Callable[[float], str] = format_number) -> str:
     """A left-aligned text table; floats are written by ``number`` (three decimals, NaN shown as
-    ``NaN``), numbers align right."""
+    ``NaN``), numbers align right. No rows: the header alone."""
 
     def cell(value: object) -> str:
         return number(value) if isinstance(value, float) else str(value)
 
     cells = [[cell(v) for v in row] for row in rows]
-    widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(header)]
+    widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(header)]
     numeric = [bool(rows) and all(isinstance(row[i], int | float) for row in rows) for i in range(len(header))]
 
     def line(values: Sequence[str]) -> str:

@@ -19,7 +19,7 @@ from ..selection import selection_indices
 from .deita import DEFAULT_THRESHOLD, check_threshold, deita_indices
 from .facility_location import check_budget, facility_location_order
 from .semantic_dedup import semantic_dedup_indices
-from .similarity import SIMILARITIES, check_similarity
+from .similarity import SIMILARITIES, check_embeddings, check_shape, check_similarity
 
 #: ``deita``: best first, skip a row too similar to one kept. ``facility_location``: greedy
 #: facility location over the pool of best rows. ``semantic_dedup``: SemDeDup's near-duplicate removal.
@@ -83,6 +83,8 @@ def diverse_selection(
 
     The indices come in input order, or with ``order="score"`` in the order the rule picked them
     (the default under ``"superfiltering"``). ``cut_offs`` are ``max_score``, ``min_score`` and ``highest``.
+    A ValueError names the first row the rule compares (DEITA: the first its walk gets to) whose
+    embedding holds NaN or infinity (or, for cosines, is all zero): it has no similarity to any row.
 
     Example:
         >>> vectors = np.array([[1.0, 0.0], [0.99, 0.1], [0.0, 1.0], [0.7, 0.7]])
@@ -91,6 +93,7 @@ def diverse_selection(
     """
     check_diversity_options(diversity, {"budget": budget, "similarity_threshold": similarity_threshold,
                                         "similarity": similarity, "neighbors": neighbors, "clusters": clusters})
+    check_shape(embeddings)
     if len(embeddings) != len(scores):
         raise ValueError(f"{len(embeddings)} embeddings for {len(scores)} rows: give one embedding per row.")
     if budget is not None:
@@ -106,15 +109,20 @@ def diverse_selection(
             budget = len(pool)
             walk, removed = selection_indices(scores, order="score", convention=convention, **cut_offs)
         picked = deita_indices(embeddings, walk, threshold=threshold, budget=budget)
-        walked = walk.index(picked[-1]) + 1 if picked and len(picked) == budget else len(walk)
+        if len(picked) == budget:  # the walk stopped at the last row kept (before any row, for a budget of 0)
+            walked = walk.index(picked[-1]) + 1 if picked else 0
+        else:
+            walked = len(walk)
         removed["too similar to a kept row"] = walked - len(picked)
         removed["after the budget was reached"] = len(walk) - walked
     elif diversity == "semantic_dedup":
-        picked = semantic_dedup_indices(embeddings, pool, threshold=threshold, clusters=clusters or 1)
+        picked = semantic_dedup_indices(embeddings, pool, threshold=threshold,
+                                        clusters=1 if clusters is None else clusters)
         removed["near-duplicate of a better row"] = len(pool) - len(picked)
     else:
         if budget is None:
             raise ValueError("`diversity='facility_location'` needs a `budget`: how many rows of the pool to keep.")
+        check_embeddings(embeddings, pool, directions=similarity == "cosine")  # names rows of the data, not the pool
         chosen = facility_location_order(embeddings[np.asarray(pool, dtype=np.int64)], budget, similarity=similarity,
                                          neighbors=neighbors)
         picked = [pool[position] for position in chosen]

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .similarity import BLOCK_VALUES, unit_rows
+from .similarity import BLOCK_VALUES, unusable_row, usable_unit_rows
 
 #: DEITA's default similarity threshold.
 DEFAULT_THRESHOLD = 0.9
@@ -37,7 +37,8 @@ def deita_indices(embeddings: np.ndarray, ranked: Sequence[int], *, threshold: f
                   budget: int | None = None, block: int = BLOCK) -> list[int]:
     """The rows of ``ranked`` (indices into ``embeddings``, best first) that DEITA's rule keeps, in
     that order: each whose cosine similarity to every row kept before it is at most ``threshold``,
-    until ``budget`` rows are kept (None: no limit).
+    until ``budget`` rows are kept (None: no limit). A ValueError names the first row the walk gets
+    to whose vector holds NaN or infinity or is all zero: it has no cosine to compare.
 
     Example:
         >>> vectors = np.array([[1.0, 0.0], [0.99, 0.1], [0.0, 1.0]])
@@ -53,11 +54,13 @@ def deita_indices(embeddings: np.ndarray, ranked: Sequence[int], *, threshold: f
     kept: list[int] = []
     for start in range(0, len(ranked), block):
         candidates = ranked[start:start + block]
-        units = unit_rows(embeddings[candidates])
+        units, usable = usable_unit_rows(embeddings[candidates])
         previous = _max_similarity(units, kept_rows[:len(kept)])
         within = units @ units.T
         chosen: list[int] = []  # positions in the block
         for position, row in enumerate(candidates):
+            if not usable[position]:  # refused when the walk gets to it, as the rows kept do not depend on blocks
+                raise unusable_row(embeddings[row], int(row))
             nearest = max(previous[position], within[position, chosen].max()) if chosen else previous[position]
             if nearest > threshold + RECHECK_MARGIN or (
                     nearest > threshold - RECHECK_MARGIN and _too_similar(embeddings, row, kept, threshold)):

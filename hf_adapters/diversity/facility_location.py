@@ -90,12 +90,25 @@ def nearest_neighbors(pool: Similarity, neighbors: int) -> tuple[np.ndarray, np.
     step_rows = pool.block_rows(size)
     for start in range(0, size, step_rows):
         block = pool.block(slice(start, start + step_rows), slice(None))
-        top = np.argpartition(-block, k - 1, axis=1)[:, :k] if k < size else np.tile(np.arange(size), (len(block), 1))
+        top = _top_columns(block, k)
         top_values = np.take_along_axis(block, top, axis=1)
         order = np.lexsort((top, -top_values), axis=1)
         indices[start:start + len(block)] = np.take_along_axis(top, order, axis=1)
         values[start:start + len(block)] = np.take_along_axis(top_values, order, axis=1)
     return indices, values
+
+
+def _top_columns(block: np.ndarray, k: int) -> np.ndarray:
+    """The columns of each row's ``k`` largest values, in column order; of columns tied at the k-th
+    largest value, the earliest (exact duplicates tie: which are kept must not be left to chance)."""
+    if k == block.shape[1]:
+        return np.tile(np.arange(k), (len(block), 1))
+    kth = -np.partition(-block, k - 1, axis=1)[:, k - 1:k]
+    above = block > kth
+    tied = block == kth
+    room = k - above.sum(axis=1, keepdims=True)
+    kept = above | (tied & (np.cumsum(tied, axis=1) <= room))
+    return np.nonzero(kept)[1].reshape(len(block), k)
 
 
 def _sparse_lazy_greedy(indices: np.ndarray, values: np.ndarray, budget: int) -> list[int]:
@@ -104,9 +117,10 @@ def _sparse_lazy_greedy(indices: np.ndarray, values: np.ndarray, budget: int) ->
     by_candidate = np.argsort(indices.ravel(), kind="stable")
     represented = (by_candidate // k).astype(np.int64)
     similarity = values.ravel()[by_candidate]
-    bounds = np.searchsorted(indices.ravel()[by_candidate], np.arange(size + 1))
-    gains = np.add.reduceat(np.maximum(similarity, 0), bounds[:-1]) if len(similarity) else np.zeros(size)
-    gains[bounds[:-1] == bounds[1:]] = 0.0  # reduceat gives an empty range the next value
+    candidates = indices.ravel()[by_candidate]
+    bounds = np.searchsorted(candidates, np.arange(size + 1))
+    # A row no row counts among its neighbours (an exact duplicate of an earlier row) has no range: gain 0.
+    gains = np.bincount(candidates, weights=np.maximum(similarity, 0), minlength=size)
     heap = [(-gain, row) for row, gain in enumerate(gains.tolist())]
     heapq.heapify(heap)
     computed_at = np.zeros(size, dtype=np.int64)

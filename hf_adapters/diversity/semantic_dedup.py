@@ -65,7 +65,7 @@ def semantic_dedup_indices(embeddings: np.ndarray, ranked: Sequence[int], *, thr
     ranked = np.asarray(ranked, dtype=np.int64)
     if not len(ranked):
         return []
-    units = unit_rows(embeddings[ranked])
+    units = unit_rows(embeddings[ranked], rows=ranked)
     labels = spherical_kmeans(units, clusters, seed=seed) if clusters > 1 else np.zeros(len(ranked), dtype=np.int64)
     duplicate = np.zeros(len(ranked), dtype=bool)
     for cluster in np.unique(labels):

@@ -210,6 +210,15 @@ def recover_samples(path: str | Path) -> list[dict[str, Any]]:
     return samples
 
 
+def saved_keys(folder: str | Path) -> set[Any]:
+    """The keys of the prompts whose samples ``folder/samples.jsonl`` holds, read without changing it."""
+    path = Path(folder) / SAMPLES
+    if not path.is_file():
+        return set()
+    return {line.value["key"] for line in json_lines(path)
+            if line.problem is None and _sample_problem(line.value) is None}
+
+
 def _line(sample: Mapping[str, Any]) -> bytes:
     return (json.dumps(sample, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
 

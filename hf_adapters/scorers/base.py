@@ -18,15 +18,20 @@ import yaml
 from .. import models
 from ..backends import BackendOptions, LikelihoodBackend, TransformersBackend
 from ..options import DEFAULT_BATCH_SIZE, OptionSpec, partition_options
-from ..plugins import SCORER_GROUP, entry_point_class, entry_point_names
+from ..plugins import SCORER_GROUP, entry_point_class, entry_point_names, refuse_builtin_name
 
 SCORERS: dict[str, type[RowScorer]] = {}
+#: The package's own scorers, whose names no other class may take (:func:`register_scorer`); filled
+#: once ``hf_adapters.scorers`` has registered them all.
+BUILTIN_SCORERS: dict[str, type[RowScorer]] = {}
 #: The backend of a config without a ``backend`` key.
 BACKEND_DEFAULT = TransformersBackend.name
 
 
 def register_scorer(cls: type[RowScorer]) -> type[RowScorer]:
-    """Class decorator: make ``cls`` available under ``cls.name`` in configs."""
+    """Class decorator: make ``cls`` available under ``cls.name`` in configs. A ValueError for a
+    built-in scorer's name (``PPLScorer``...) taken by another class."""
+    refuse_builtin_name(cls, "scorer", BUILTIN_SCORERS)
     SCORERS[cls.name] = cls
     return cls
 

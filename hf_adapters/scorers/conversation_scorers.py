@@ -4,18 +4,15 @@ assistant tokens after their history. They read the ``messages`` column, or ``co
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
-from ..conversations import ConversationError, check_messages
+from ..conversations import ConversationError, check_messages, checked_or_none, spread
 from ..ifd import IFDOptions, labels_or_numbers, score_conversation_ifd
 from ..perplexity import PerplexityOptions, score_conversation_perplexity
 from .base import ModelRowScorer, register_scorer, row_name
 from .perplexity_scorers import add_entropy_output
-
-logger = logging.getLogger(__name__)
 
 
 class ConversationScorer(ModelRowScorer):
@@ -50,19 +47,11 @@ class ConversationScorer(ModelRowScorer):
         ``missing`` values and a warning naming its row by its label in ``labels`` (default ``Row 0``,
         ``Row 1``...)."""
         labels = labels_or_numbers(labels, len(conversations))
-        checked = []
-        for label, conversation in zip(labels, conversations, strict=True):
-            try:
-                checked.append(check_messages(conversation))
-            except ConversationError as error:
-                logger.warning("%s: %s Its scores are NaN.", label, error)
-                checked.append(None)
+        checked = checked_or_none(conversations, labels)
         valid = [label for label, messages in zip(labels, checked, strict=True) if messages is not None]
         result = self.score_conversations([messages for messages in checked if messages is not None], valid)
         for key, output in zip(self.result_keys, self.outputs, strict=True):
-            values = iter(result[key])
-            result[key] = [self.missing.get(output, math.nan) if messages is None else next(values)
-                           for messages in checked]
+            result[key] = spread(result[key], checked, self.missing.get(output, math.nan))
         return result
 
     def read_inputs(self, batch: Mapping[str, list], first_row: int = 0) -> list:

@@ -18,12 +18,13 @@ class InstructionRowScorer(ModelRowScorer):
     optional_roles = ("input",)
     text_roles = ("instruction", "input", "output")
 
-    #: The score's function of (backend, instructions, inputs, outputs, options, batch_size=, progress=).
+    #: The score's function of (backend, instructions, inputs, outputs, options, batch_size=, progress=,
+    #: labels=): ``labels`` name the rows in its warnings.
     formula: ClassVar[Callable[..., dict[str, Any]]]
 
     def result(self, texts: Mapping[str, Sequence[str]], labels: Sequence[str] | None = None) -> dict[str, Any]:
         return self.formula(self.load(), texts["instruction"], texts["input"], texts["output"], self.spec,
-                                  batch_size=self.run.batch_size, progress=self.progress)
+                            batch_size=self.run.batch_size, progress=self.progress, labels=labels)
 
 
 @register_scorer

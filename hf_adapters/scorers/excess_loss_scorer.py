@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..backends import LikelihoodBackend
-from ..excess_loss import ExcessLossSpec, score_conversation_excess_loss, score_excess_loss
+from ..excess_loss import TOKEN_KEYS, ExcessLossSpec, score_conversation_excess_loss, score_excess_loss
 from ..texts import ppl_text
 from .base import ModelRowScorer, register_scorer
 from .conversation_scorers import ConversationScorer
@@ -60,7 +60,7 @@ class TextExcessLossScorer(ReferenceModelScorer):
     text_roles = ("text",)
     outputs = ("excess_loss", "excess_loss_sum", "loss", "reference_loss")
     result_keys = ("excess_losses", "excess_loss_sums", "losses", "reference_losses")
-    token_outputs = ("tokens", "token_excess_losses", "token_losses", "reference_token_losses")
+    token_outputs = TOKEN_KEYS
     output_types = {"tokens": ["string"], "token_excess_losses": ["float64"], "token_losses": ["float64"],
                     "reference_token_losses": ["float64"]}
 
@@ -102,6 +102,9 @@ class ConversationExcessLossScorer(ConversationScorer, ReferenceModelScorer):
     seed_keys = ("max_length", "reference_model")
     outputs = ("excess_loss", "excess_loss_sum", "loss", "reference_loss")
     result_keys = ("excess_losses", "excess_loss_sums", "losses", "reference_losses")
+    token_outputs = TOKEN_KEYS
+    output_types = TextExcessLossScorer.output_types
+    missing = dict.fromkeys(TOKEN_KEYS, [])
 
     def check_spec(self) -> None:
         self.spec.check_conversations()

@@ -23,19 +23,21 @@ Run it with ``hf-adapters lm-eval --model hf-adapters --model_args backend=vllm,
 from __future__ import annotations
 
 import logging
-import math
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 from lm_eval.api.model import TemplateLM
 from lm_eval.api.registry import register_model
 from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs, postprocess_generated_text
+from lm_eval.utils import simple_parse_args_string
 
 from ...backends import LikelihoodBackend, resolve_backend
 from ...likelihood import combined
-from ...models import DEFAULT_MODEL_ID
+from ...models import DEFAULT_MODEL_ID, resolve_device
 from ...texts import rolling_items
+from .errors import ModelArgumentError
 
 logger = logging.getLogger(__name__)
 
@@ -43,20 +45,67 @@ logger = logging.getLogger(__name__)
 DEFAULT_MAX_LENGTH = 2048
 #: The generation settings a greedy decoder honours; sampling settings are read only to refuse them.
 GREEDY_SETTINGS = frozenset({"do_sample", "temperature", "top_p", "top_k", "until", "max_gen_toks"})
+#: lm-eval's own settings, which it passes to every model beside ``--model_args`` (``--batch_size``...).
+LM_EVAL_SETTINGS = ("batch_size", "max_batch_size", "device")
+#: The device lm-eval 0.4.13's command line passes when none is named.
+LM_EVAL_DEFAULT_DEVICE = "cuda:0"
+#: This model's arguments, as an error lists them.
+ARGUMENTS = ("backend", "model_id", "pretrained", "batch_size", "max_length", "max_gen_toks", "dtype", "device",
+             "add_bos_token")
+
+
+def one_value_each(model_args: Mapping[str, Any], settings: Mapping[str, Any]) -> dict[str, Any]:
+    """``model_args`` with lm-eval's own ``settings`` (:data:`LM_EVAL_SETTINGS`; None: not given) added.
+
+    As for lm-eval's ``hf`` model, a setting given in one place is used; given in both with one value,
+    that value. Given with two values, it is a :class:`ModelArgumentError` saying so (where ``hf``
+    stops with Python's "got multiple values for keyword argument")."""
+    merged = dict(model_args)
+    for name, value in settings.items():
+        if value is None:
+            continue
+        if name in merged and str(merged[name]) != str(value):
+            raise ModelArgumentError(f"{name} is given twice, {merged[name]} in --model_args and {value} as "
+                                     f"lm-eval's --{name}: give it in one place.")
+        merged[name] = value
+    return merged
 
 
 def _batch_size(value: int | str | None) -> int | None:
-    """lm-eval's ``--batch_size`` as our rows per forward pass: ``auto`` (or none) leaves it to the backend."""
-    if value is None or str(value).startswith("auto"):
+    """lm-eval's ``--batch_size`` as our rows per forward pass: ``auto`` or ``auto:N`` (or none) leaves it
+    to the backend; else a whole number of at least 1."""
+    if value is None or (isinstance(value, str) and re.fullmatch(r"auto(:\d+)?", value.strip())):
         return None
-    return int(value)
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ModelArgumentError(f"batch_size must be a whole number of rows of at least 1, or 'auto' (the "
+                                 f"backend's choice); got {value!r}.")
+    return value
+
+
+def _whole_number(name: str, value: Any, least: int) -> int:
+    """``value`` if it is a whole number of at least ``least`` (lm-eval reads ``8`` in ``--model_args`` as one)."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < least:
+        raise ModelArgumentError(f"{name} must be a whole number of at least {least}; got {value!r}.")
+    return value
 
 
 def _available(device: str | None) -> str | None:
-    """``device``, or None (the default device) for a CUDA device on a machine without one: lm-eval's
-    command line passes ``cuda:0`` unless told otherwise, and ``HFLM`` falls back likewise."""
-    if device is not None and str(device).startswith("cuda") and not torch.cuda.is_available():
-        logger.warning("Device %r is not available here; the model runs on the default device.", device)
+    """``device`` (a :class:`ModelArgumentError` for a name torch does not know), or None (the default
+    device) for a CUDA device on a machine without one, as ``HFLM`` falls back. lm-eval's command line
+    passes ``cuda:0`` when no device is named: that fallback is said at debug level only (lm-eval's
+    ``--verbosity DEBUG`` shows it); that of any other CUDA device, with a warning."""
+    if device is None:
+        return None
+    try:
+        resolve_device(device)
+    except RuntimeError as error:
+        raise ModelArgumentError(f"device={device!r} is not a device torch knows (cpu, cuda, cuda:1, mps...).") \
+            from error
+    if str(device).startswith("cuda") and not torch.cuda.is_available():
+        level = logging.DEBUG if device == LM_EVAL_DEFAULT_DEVICE else logging.WARNING
+        logger.log(level, "Device %r is not available here (no CUDA); the model runs on the default device.", device)
         return None
     return device
 
@@ -70,11 +119,14 @@ class HFAdaptersLM(TemplateLM):
             (``transformers``, the default, or ``vllm``).
         model_id: the model the backend loads (hub id, folder or ``.gguf``; default: the embedded
             SmolLM2-135M-Instruct). ``pretrained`` is accepted for it, as lm-eval's ``hf`` model names it.
-        batch_size: most rows per forward pass (``auto``: the backend's choice). It never changes a number.
+        batch_size: most rows per forward pass, a whole number of at least 1 (``auto``: the backend's
+            choice). It never changes a number. lm-eval's own ``--batch_size`` and ``--device`` are these
+            arguments too: each may be given in one place, or in both with one value (:func:`one_value_each`).
         max_length: the longest sequence a request reads (default: the model's position limit, else 2048).
         max_gen_toks: new tokens per response when a task does not say (lm-eval's default, 256).
         dtype, device: as everywhere in this package (default: float32 on the CPU, bfloat16 on a GPU); a
-            CUDA device on a machine without one is the default device, as in ``HFLM``.
+            CUDA device on a machine without one is the default device, as in ``HFLM`` (said at debug level
+            for lm-eval's unasked ``cuda:0``, with a warning for a CUDA device named).
         add_bos_token: add the tokenizer's special tokens when encoding (None: the tokenizer's default), as ``HFLM``.
     """
 
@@ -84,18 +136,36 @@ class HFAdaptersLM(TemplateLM):
                  add_bos_token: bool | None = None, **unused: Any):
         super().__init__()
         if model_id is not None and pretrained is not None and model_id != pretrained:
-            raise ValueError(f"Pass the model as model_id or pretrained, not both ({model_id!r}, {pretrained!r}).")
+            raise ModelArgumentError(f"Pass the model as model_id or pretrained, not both ({model_id!r}, "
+                                     f"{pretrained!r}).")
         unused.pop("max_batch_size", None)  # lm-eval's `auto` search bound: our batches need none
         if unused:
-            raise TypeError(f"hf-adapters does not take {sorted(unused)} (its arguments: backend, model_id, "
-                            "batch_size, max_length, max_gen_toks, dtype, device, add_bos_token).")
-        self.backend = resolve_backend(backend, model_id=model_id or pretrained or DEFAULT_MODEL_ID, dtype=dtype,
-                                       device=_available(device))
-        self.tokenizer = self.backend.tokenizer
+            raise ModelArgumentError(f"hf-adapters does not take {', '.join(sorted(unused))}: remove it from "
+                                     f"--model_args (its arguments: {', '.join(ARGUMENTS)}).")
         self.rows_per_batch = _batch_size(batch_size)
+        if max_length is not None:
+            _whole_number("max_length", max_length, 2)
+        self.max_gen_toks = _whole_number("max_gen_toks", max_gen_toks, 1)
+        try:
+            self.backend = resolve_backend(backend, model_id=model_id or pretrained or DEFAULT_MODEL_ID, dtype=dtype,
+                                           device=_available(device))
+        except ValueError as error:  # an unknown backend or dtype
+            raise ModelArgumentError(str(error)) from error
+        self.tokenizer = self.backend.tokenizer
         self._max_length = max_length or self.backend.max_length or DEFAULT_MAX_LENGTH
-        self.max_gen_toks = max_gen_toks
         self.add_bos_token = add_bos_token
+
+    @classmethod
+    def create_from_arg_obj(cls, arg_dict: Mapping[str, Any],
+                            additional_config: Mapping[str, Any] | None = None) -> HFAdaptersLM:
+        """The model from ``--model_args`` (a dict) and lm-eval's own settings (:func:`one_value_each`)."""
+        return cls(**one_value_each(arg_dict, additional_config or {}))
+
+    @classmethod
+    def create_from_arg_string(cls, arg_string: str,
+                               additional_config: Mapping[str, Any] | None = None) -> HFAdaptersLM:
+        """The model from ``--model_args`` (``key=value,...``) and lm-eval's own settings (:func:`one_value_each`)."""
+        return cls.create_from_arg_obj(simple_parse_args_string(arg_string), additional_config)
 
     @property
     def eot_token_id(self) -> int:
@@ -142,7 +212,8 @@ class HFAdaptersLM(TemplateLM):
 
     def loglikelihood_rolling(self, requests: Sequence[Any], disable_tqdm: bool = False) -> list[float]:
         """The log-likelihood of each whole text, every token scored once in lm-eval's disjoint windows
-        of ``max_length`` (0 for a text with no token, as lm-eval has it)."""
+        of ``max_length`` (0 for a text with no token, as lm-eval has it; NaN where the backend could not
+        compute a token's, as its score says)."""
         windows = [rolling_items(self.tok_encode(request.args[0]), self.max_length, self.max_length)
                    for request in requests]
         scores = iter(self._score([window for text in windows for window in text], disable_tqdm,
@@ -150,7 +221,7 @@ class HFAdaptersLM(TemplateLM):
         totals = []
         for text in windows:
             score = combined([next(scores) for _ in text])
-            totals.append(0.0 if math.isnan(score.nll) else -score.nll)
+            totals.append(-score.nll if score.num_tokens else 0.0)
         return totals
 
     def generate_until(self, requests: Sequence[Any], disable_tqdm: bool = False) -> list[str]:

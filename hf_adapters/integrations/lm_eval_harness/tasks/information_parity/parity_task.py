@@ -24,6 +24,7 @@ from lm_eval.api.instance import Instance
 from lm_eval.api.metrics import bits_per_byte, mean, weighted_mean
 from lm_eval.api.task import ConfigurableTask
 
+from hf_adapters.integrations.lm_eval_harness.errors import TaskDataError
 from hf_adapters.parallel_corpus import group_by_language, pair_ids, read_parallel_files
 
 #: Each language's metrics: lm-eval's aggregation of the per-pair values, and whether higher is better.
@@ -44,21 +45,26 @@ def parallel_pairs(data_files: str | list[str] | None = None, reference_lang: st
     lm-eval calls it with the task's metadata, ``--metadata`` over the YAML's: ``data_files`` (a file,
     a folder or a list of them, as :func:`~hf_adapters.parallel_corpus.read_parallel_files` reads),
     ``reference_lang`` and ``languages`` (a list, or a string of codes separated by commas); the other
-    keys (the model's arguments, the version) are not this function's.
+    keys (the model's arguments, the version) are not this function's. Missing or unreadable files are a
+    :class:`~hf_adapters.integrations.lm_eval_harness.errors.TaskDataError` (one ``error:`` line from
+    ``hf-adapters lm-eval``).
     """
     if not data_files:
-        raise ValueError("information_parity: pass the parallel files, e.g. "
-                         "--metadata '{\"data_files\": \"/path/to/flores200_dataset/dev\"}'")
+        raise TaskDataError("information_parity: pass the parallel files, e.g. "
+                            "--metadata '{\"data_files\": \"/path/to/flores200_dataset/dev\"}'")
     if isinstance(languages, str):
         languages = [lang.strip() for lang in languages.split(",") if lang.strip()]
-    grouped = group_by_language(read_parallel_files(data_files))
-    pairs = pair_ids(grouped, reference_lang, languages)
+    try:
+        grouped = group_by_language(read_parallel_files(data_files))
+        pairs = pair_ids(grouped, reference_lang, languages)
+    except (OSError, ValueError) as error:
+        raise TaskDataError(f"information_parity: {error} (--metadata data_files={data_files!r})") from error
     shared = {lang: set(ids) for lang, ids in pairs.items()}
     reference = grouped[reference_lang]
     docs = [{"lang": lang, "id": str(i), "reference": reference[i], "text": grouped[lang][i]}
             for i in reference for lang in pairs if i in shared[lang]]
     if not docs:
-        raise ValueError(f"information_parity: no sentence of {list(pairs)} has a {reference_lang} parallel.")
+        raise TaskDataError(f"information_parity: no sentence of {list(pairs)} has a {reference_lang} parallel.")
     return datasets.DatasetDict({"test": datasets.Dataset.from_list(docs)})
 
 
