@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from hf_adapters.cpu_kernels import cpuinfo_value
-from hf_adapters.data_io import read_records
+from hf_adapters.backends.transformers.cpu_kernels import cpuinfo_value
+from hf_adapters.files.data_io import read_records
 
 from .flops import synchronize
 

@@ -9,7 +9,7 @@ turn, ``--rounds`` times, and each case keeps its median::
         --output benchmarks/CONTENTION.md
 
 The "default" rows set nothing, as a Python process that imports torch itself does;
-:mod:`hf_adapters.openmp` says which setting ``hf-adapters`` uses.
+:mod:`hf_adapters.backends.transformers.openmp` says which setting ``hf-adapters`` uses.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 import torch
 
-from hf_adapters.texts import ppl_text
+from hf_adapters.core.texts import ppl_text
 
 from .common import instruction_records, log, machine_description, publish
 
@@ -41,7 +41,7 @@ def child(texts: list[str]) -> None:
     import time
 
     from hf_adapters.backends import TransformersBackend
-    from hf_adapters.perplexity import compute_perplexity
+    from hf_adapters.formulas.perplexity import compute_perplexity
 
     backend = TransformersBackend.from_pretrained()
     compute_perplexity(texts[:4], backend=backend, progress=False)

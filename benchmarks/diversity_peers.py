@@ -39,10 +39,10 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.common import instruction_records, log
-from hf_adapters.diversity import diverse_selection, facility_location_order
-from hf_adapters.embeddings import embed_texts
-from hf_adapters.selection import selection_indices
-from hf_adapters.texts import ppl_text
+from hf_adapters.core.texts import ppl_text
+from hf_adapters.curation.diversity import diverse_selection, facility_location_order
+from hf_adapters.curation.ranking import selection_indices
+from hf_adapters.formulas.embeddings import embed_texts
 
 DRIVER = Path(__file__).resolve().parent / "diversity_peer_driver.py"
 

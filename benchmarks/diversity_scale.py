@@ -74,7 +74,7 @@ def peak_resident_mib() -> float:
 
 
 def run_case(case: str, path: str) -> dict:
-    from hf_adapters.diversity import diverse_selection
+    from hf_adapters.curation.diversity import diverse_selection
 
     embeddings = np.load(path, mmap_mode="r")
     rows = len(embeddings)

@@ -3,7 +3,7 @@
 Runs ``UPDScorer``, ``HESScorer``, ``NormLossScorer`` and ``MIWVScorer`` of ODA-DataScorer (``model_based/scorers/``)
 from a checkout the caller points at (never part of this repository), with the settings of their
 published configs (``model_based/configs/*.yaml``), on the same rows and the same loaded model as
-hf_adapters' scorers of the same names (MIWV: :func:`hf_adapters.miwv.compute_miwv`, both on the
+hf_adapters' scorers of the same names (MIWV: :func:`hf_adapters.formulas.miwv.compute_miwv`, both on the
 model's mean-pooled embeddings of the rows, saved as the ``.npy`` file the peer reads), and reports
 the largest relative difference, the Spearman correlation and both wall times.
 
@@ -41,11 +41,11 @@ from benchmarks.common import (
     timed,
 )
 from benchmarks.peers import preloaded
-from hf_adapters.embeddings import embed_texts
-from hf_adapters.miwv import compute_miwv
-from hf_adapters.models import load_model
+from hf_adapters.backends.loading import load_model
+from hf_adapters.core.texts import ppl_text
+from hf_adapters.formulas.embeddings import embed_texts
+from hf_adapters.formulas.miwv import compute_miwv
 from hf_adapters.scorers import HESScorer, NormLossScorer, UPDScorer
-from hf_adapters.texts import ppl_text
 
 #: The settings of ODA-DataScorer's published configs (``model_based/configs/``), beside ``model``.
 PEER_CONFIGS = {

@@ -21,10 +21,10 @@ import torch
 
 from benchmarks.common import cpu_name, instruction_records
 from benchmarks.references import one_at_a_time_ifd, one_at_a_time_perplexity
-from hf_adapters.cpu_kernels import CPU_LINEAR_ENV, onednn_linear_available
-from hf_adapters.ifd import DEFAULT_TEMPLATE, DEFAULT_TEMPLATE_NO_INPUT, compute_ifd
-from hf_adapters.models import DEFAULT_MODEL_ID, load_model
-from hf_adapters.perplexity import compute_perplexity
+from hf_adapters.backends.loading import DEFAULT_MODEL_ID, load_model
+from hf_adapters.backends.transformers.cpu_kernels import CPU_LINEAR_ENV, onednn_linear_available
+from hf_adapters.formulas.ifd import DEFAULT_TEMPLATE, DEFAULT_TEMPLATE_NO_INPUT, compute_ifd
+from hf_adapters.formulas.perplexity import compute_perplexity
 
 
 def naive_scores(model, tokenizer, records: list[dict]) -> dict[str, np.ndarray]:

@@ -25,9 +25,9 @@ import torch
 from benchmarks.common import instruction_records, machine_description, publish, timed
 from benchmarks.references import full_forward_nll, text_ids
 from hf_adapters.backends import TransformersBackend
-from hf_adapters.excess_loss import compute_excess_loss
-from hf_adapters.models import load_model
-from hf_adapters.texts import ppl_text, text_items
+from hf_adapters.backends.loading import load_model
+from hf_adapters.core.texts import ppl_text, text_items
+from hf_adapters.formulas.excess_loss import compute_excess_loss
 
 NOISE = 0.01
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedModel
 
-from hf_adapters.cpu_kernels import LINEAR_KERNELS
+from hf_adapters.backends.transformers.cpu_kernels import LINEAR_KERNELS
 
 from .references import ScoredSequence
 

@@ -1,6 +1,6 @@
 """How far batched greedy generation moves the logits from those of each prompt decoded alone, how
 often that flips a token, and what ``greedy_generate``'s near-tie check costs: the measurement
-behind ``hf_adapters.backends.transformers_generation.FLOAT32_TIE_MARGIN``.
+behind ``hf_adapters.backends.transformers.generation.FLOAT32_TIE_MARGIN``.
 
 For the first ``--limit`` IFEval prompts, rendered with the model's chat template:
 
@@ -29,7 +29,9 @@ import numpy as np
 import torch
 
 from benchmarks.common import cpu_name, publish
-from hf_adapters.backends.transformers_generation import (
+from hf_adapters.backends.loading import DEFAULT_MODEL_ID, load_model
+from hf_adapters.backends.transformers.cpu_kernels import cpu_flags
+from hf_adapters.backends.transformers.generation import (
     FLOAT32_TIE_MARGIN,
     AloneDecoder,
     _growing_cache,
@@ -37,9 +39,7 @@ from hf_adapters.backends.transformers_generation import (
     default_stop_token_ids,
     greedy_generate,
 )
-from hf_adapters.cpu_kernels import cpu_flags
 from hf_adapters.ifeval.prompts import prompt_token_ids, read_prompts
-from hf_adapters.models import DEFAULT_MODEL_ID, load_model
 
 THRESHOLDS = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2)
 

@@ -46,11 +46,12 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel, PreTrai
 
 from benchmarks.common import log, machine_description, publish, relative_differences, timed
 from benchmarks.references import full_forward_nll
-from hf_adapters.backends import transformers_generation
-from hf_adapters.backends.transformers_generation import FLOAT32_TIE_MARGIN, greedy_generate
-from hf_adapters.backends.transformers_model import DEFAULT_MAX_BATCH_TOKENS, TransformersBackend
-from hf_adapters.likelihood import Item
-from hf_adapters.options import DEFAULT_BATCH_SIZE
+from hf_adapters.backends.transformers import generation as transformers_generation
+from hf_adapters.backends.transformers.batching import DEFAULT_MAX_BATCH_TOKENS
+from hf_adapters.backends.transformers.generation import FLOAT32_TIE_MARGIN, greedy_generate
+from hf_adapters.backends.transformers.model import TransformersBackend
+from hf_adapters.core.likelihood import Item
+from hf_adapters.core.options import DEFAULT_BATCH_SIZE
 
 #: The tests' exactness floor, relative to the float64 value (``EXACT_FLOOR`` in tests/conftest.py).
 EXACT_FLOOR = 2e-5

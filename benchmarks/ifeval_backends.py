@@ -21,8 +21,8 @@ from pathlib import Path
 import torch
 
 from hf_adapters.backends import TransformersBackend
+from hf_adapters.backends.loading import DEFAULT_MODEL_ID
 from hf_adapters.ifeval.prompts import prompt_token_ids, read_prompts
-from hf_adapters.models import DEFAULT_MODEL_ID
 
 from .common import machine_description, publish
 

@@ -30,14 +30,14 @@ from collections.abc import Sequence
 import torch
 
 from benchmarks.common import cpu_name, publish
-from hf_adapters.backends.transformers_generation import greedy_generate
-from hf_adapters.cpu_kernels import cpu_flags
+from hf_adapters.backends.loading import DEFAULT_MODEL_ID, load_model
+from hf_adapters.backends.transformers.cpu_kernels import cpu_flags
+from hf_adapters.backends.transformers.generation import greedy_generate
+from hf_adapters.core.options import DEFAULT_GENERATION_BATCH_SIZE
 from hf_adapters.ifeval import compute_ifeval
 from hf_adapters.ifeval.end_to_end import METRICS
 from hf_adapters.ifeval.prompts import read_prompts, render_prompt
 from hf_adapters.ifeval.responses import decode_response
-from hf_adapters.models import DEFAULT_MODEL_ID, load_model
-from hf_adapters.options import DEFAULT_GENERATION_BATCH_SIZE
 
 
 def lm_eval_responses(model, tokenizer, texts: list[str], rows: list[dict], max_new_tokens: int,

@@ -22,8 +22,8 @@ from lm_eval.models.huggingface import HFLM
 from lm_eval.tasks import TaskManager
 
 from hf_adapters.backends import TransformersBackend
+from hf_adapters.backends.loading import DEFAULT_MODEL_ID, load_model
 from hf_adapters.integrations.lm_eval_harness import HFAdaptersLM
-from hf_adapters.models import DEFAULT_MODEL_ID, load_model
 
 from .common import instruction_records, log, machine_description, package_data, publish, relative_differences, timed
 

@@ -21,10 +21,10 @@ from information_parity import InformationParity
 
 from benchmarks.common import publish
 from hf_adapters.backends import score_continuations
-from hf_adapters.data_io import read_records
-from hf_adapters.models import DEFAULT_MODEL_ID, load_model
-from hf_adapters.parallel_corpus import evaluate_parallel, group_by_language
-from hf_adapters.texts import text_items
+from hf_adapters.backends.loading import DEFAULT_MODEL_ID, load_model
+from hf_adapters.core.texts import text_items
+from hf_adapters.files.data_io import read_records
+from hf_adapters.formulas.parallel_corpus import evaluate_parallel, group_by_language
 
 
 def parallel_pairs(grouped: dict, reference: str) -> dict[str, list[tuple[str, str]]]:

@@ -38,11 +38,11 @@ from pathlib import Path
 import torch
 
 from benchmarks.common import instruction_records, machine_description, relative_differences, spearman, timed
-from hf_adapters.ifd import compute_ifd
-from hf_adapters.models import load_model
-from hf_adapters.perplexity import compute_perplexity
-from hf_adapters.selection import selection_indices
-from hf_adapters.texts import ppl_text
+from hf_adapters.backends.loading import load_model
+from hf_adapters.core.texts import ppl_text
+from hf_adapters.curation.ranking import selection_indices
+from hf_adapters.formulas.ifd import compute_ifd
+from hf_adapters.formulas.perplexity import compute_perplexity
 
 #: The seed's configs, as OpenDataArena-Tool reads them.
 SEED_CONFIGS = Path(__file__).resolve().parent.parent / "hf_adapters" / "configs"

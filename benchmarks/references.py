@@ -25,9 +25,9 @@ import torch
 import torch.nn.functional as F
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from hf_adapters.conversations import turn_pairs
-from hf_adapters.likelihood import start_token_id
-from hf_adapters.texts import rolling_items
+from hf_adapters.core.conversations import turn_pairs
+from hf_adapters.core.likelihood import start_token_id
+from hf_adapters.core.texts import rolling_items
 
 
 @dataclass(frozen=True)

@@ -58,9 +58,9 @@ from benchmarks.references import (
     pad_to_longest_perplexity,
     text_ids,
 )
-from hf_adapters import information_parity
 from hf_adapters.backends import TransformersBackend
-from hf_adapters.cpu_kernels import (
+from hf_adapters.backends.loading import DEFAULT_MODEL_ID, load_model
+from hf_adapters.backends.transformers.cpu_kernels import (
     LONG_MEASURE_ROWS,
     LONG_ROWS,
     LinearKernelChoice,
@@ -72,13 +72,13 @@ from hf_adapters.cpu_kernels import (
     measure_linear_rates,
     onednn_linear_available,
 )
-from hf_adapters.data_io import read_records
-from hf_adapters.ifd import DEFAULT_TEMPLATE, DEFAULT_TEMPLATE_NO_INPUT, compute_ifd
-from hf_adapters.models import DEFAULT_MODEL_ID, load_model
-from hf_adapters.parallel_corpus import evaluate_parallel, group_by_language
-from hf_adapters.perplexity import compute_perplexity
+from hf_adapters.core.texts import rolling_items
+from hf_adapters.files.data_io import read_records
+from hf_adapters.formulas import information_parity
+from hf_adapters.formulas.ifd import DEFAULT_TEMPLATE, DEFAULT_TEMPLATE_NO_INPUT, compute_ifd
+from hf_adapters.formulas.parallel_corpus import evaluate_parallel, group_by_language
+from hf_adapters.formulas.perplexity import compute_perplexity
 from hf_adapters.scorers import ConversationIFDScorer
-from hf_adapters.texts import rolling_items
 
 #: Processor flags that decide the kernels: AVX2 and AVX-512 for float32, AVX512-BF16 and AMX for bfloat16.
 FLAGS_THAT_MATTER = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")

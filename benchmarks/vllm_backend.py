@@ -8,7 +8,7 @@ Run in vLLM's environment (``make vllm``), from the repository root::
         --output benchmarks/VLLM.md
 
 (``make bench`` runs it so). ``OMP_WAIT_POLICY=PASSIVE`` is what ``hf-adapters`` sets for itself
-(:mod:`hf_adapters.openmp`); this script imports torch directly, so the command line sets it.
+(:mod:`hf_adapters.backends.transformers.openmp`); this script imports torch directly, so the command line sets it.
 
 Each row times our transformers backend and the vLLM backend on the default model in float32, each
 after a warm-up on two rows, and gives each one's largest relative difference from the float64
@@ -27,14 +27,14 @@ from collections.abc import Callable, Sequence
 import torch
 
 from hf_adapters.backends import TransformersBackend, VLLMBackend
-from hf_adapters.data_io import read_records
-from hf_adapters.ifd import compute_ifd
+from hf_adapters.backends.loading import load_model
+from hf_adapters.core.texts import ppl_text
+from hf_adapters.files.data_io import read_records
+from hf_adapters.formulas.ifd import compute_ifd
+from hf_adapters.formulas.information_parity import compute_information_parity
+from hf_adapters.formulas.perplexity import compute_perplexity
 from hf_adapters.ifeval.prompts import prompt_token_ids, read_prompts
-from hf_adapters.information_parity import compute_information_parity
-from hf_adapters.models import load_model
-from hf_adapters.perplexity import compute_perplexity
 from hf_adapters.scorers import ConversationIFDScorer
-from hf_adapters.texts import ppl_text
 
 from .common import (
     instruction_records,

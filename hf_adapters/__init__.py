@@ -10,32 +10,48 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING
 
+from hf_adapters._moved import install as _install_moved_modules
+
+_install_moved_modules()
+
 if TYPE_CHECKING:
-    from .backends import BackendOptions, LikelihoodBackend, TransformersBackend, register_backend, score_continuations
-    from .columns import (
+    from hf_adapters.backends import (
+        BackendOptions,
+        LikelihoodBackend,
+        TransformersBackend,
+        register_backend,
+        score_continuations,
+    )
+    from hf_adapters.backends.loading import (
+        DEFAULT_MODEL_ID,
+        ModelLoadError,
+        clear_model_cache,
+        load_model,
+        model_identity,
+    )
+    from hf_adapters.columns.dataset_columns import (
         add_ifd_column,
         add_ifeval_columns,
         add_information_parity_column,
         add_perplexity_column,
         add_score_columns,
     )
-    from .conversations import to_messages
-    from .embeddings import add_embedding_column, embed_texts
-    from .excess_loss import compute_excess_loss
-    from .excess_loss_columns import add_excess_loss_column, add_rho1_labels_column
-    from .ifd import IFDOptions, compute_ifd
-    from .ifeval import compute_ifeval
-    from .information_parity import InformationParityOptions, compute_information_parity
-    from .jobs import score_dataset
-    from .likelihood import ContinuationScore, start_token_id
-    from .miwv import add_miwv_column, compute_miwv
-    from .models import DEFAULT_MODEL_ID, ModelLoadError, clear_model_cache, load_model, model_identity
-    from .parallel_corpus import evaluate_parallel
-    from .perplexity import PerplexityOptions, compute_perplexity
-    from .scorers import build_scorer
-    from .selection import select
-    from .selection_rules import select_by_rule
-    from .token_selection import rho1_labels
+    from hf_adapters.columns.excess_loss_columns import add_excess_loss_column, add_rho1_labels_column
+    from hf_adapters.core.conversations import to_messages
+    from hf_adapters.core.likelihood import ContinuationScore, start_token_id
+    from hf_adapters.curation.selection import select
+    from hf_adapters.curation.selection_rules import select_by_rule
+    from hf_adapters.engines.local import score_dataset
+    from hf_adapters.formulas.embeddings import add_embedding_column, embed_texts
+    from hf_adapters.formulas.excess_loss import compute_excess_loss
+    from hf_adapters.formulas.ifd import IFDOptions, compute_ifd
+    from hf_adapters.formulas.information_parity import InformationParityOptions, compute_information_parity
+    from hf_adapters.formulas.miwv import add_miwv_column, compute_miwv
+    from hf_adapters.formulas.parallel_corpus import evaluate_parallel
+    from hf_adapters.formulas.perplexity import PerplexityOptions, compute_perplexity
+    from hf_adapters.formulas.token_selection import rho1_labels
+    from hf_adapters.ifeval import compute_ifeval
+    from hf_adapters.scorers import build_scorer
 
 #: Each public name, and the module it comes from.
 _EXPORTS = {
@@ -44,39 +60,39 @@ _EXPORTS = {
     "TransformersBackend": "backends",
     "register_backend": "backends",
     "score_continuations": "backends",
-    "ContinuationScore": "likelihood",
-    "start_token_id": "likelihood",
-    "DEFAULT_MODEL_ID": "models",
-    "ModelLoadError": "models",
-    "clear_model_cache": "models",
-    "load_model": "models",
-    "model_identity": "models",
-    "PerplexityOptions": "perplexity",
-    "compute_perplexity": "perplexity",
-    "IFDOptions": "ifd",
-    "compute_ifd": "ifd",
-    "InformationParityOptions": "information_parity",
-    "compute_information_parity": "information_parity",
+    "ContinuationScore": "core.likelihood",
+    "start_token_id": "core.likelihood",
+    "DEFAULT_MODEL_ID": "backends.loading",
+    "ModelLoadError": "backends.loading",
+    "clear_model_cache": "backends.loading",
+    "load_model": "backends.loading",
+    "model_identity": "backends.loading",
+    "PerplexityOptions": "formulas.perplexity",
+    "compute_perplexity": "formulas.perplexity",
+    "IFDOptions": "formulas.ifd",
+    "compute_ifd": "formulas.ifd",
+    "InformationParityOptions": "formulas.information_parity",
+    "compute_information_parity": "formulas.information_parity",
     "compute_ifeval": "ifeval",
-    "evaluate_parallel": "parallel_corpus",
-    "add_perplexity_column": "columns",
-    "add_ifd_column": "columns",
-    "add_information_parity_column": "columns",
-    "add_ifeval_columns": "columns",
-    "add_score_columns": "columns",
-    "add_embedding_column": "embeddings",
-    "embed_texts": "embeddings",
+    "evaluate_parallel": "formulas.parallel_corpus",
+    "add_perplexity_column": "columns.dataset_columns",
+    "add_ifd_column": "columns.dataset_columns",
+    "add_information_parity_column": "columns.dataset_columns",
+    "add_ifeval_columns": "columns.dataset_columns",
+    "add_score_columns": "columns.dataset_columns",
+    "add_embedding_column": "formulas.embeddings",
+    "embed_texts": "formulas.embeddings",
     "build_scorer": "scorers",
-    "score_dataset": "jobs",
-    "select": "selection",
-    "select_by_rule": "selection_rules",
-    "to_messages": "conversations",
-    "compute_excess_loss": "excess_loss",
-    "add_excess_loss_column": "excess_loss_columns",
-    "add_rho1_labels_column": "excess_loss_columns",
-    "rho1_labels": "token_selection",
-    "compute_miwv": "miwv",
-    "add_miwv_column": "miwv",
+    "score_dataset": "engines.local",
+    "select": "curation.selection",
+    "select_by_rule": "curation.selection_rules",
+    "to_messages": "core.conversations",
+    "compute_excess_loss": "formulas.excess_loss",
+    "add_excess_loss_column": "columns.excess_loss_columns",
+    "add_rho1_labels_column": "columns.excess_loss_columns",
+    "rho1_labels": "formulas.token_selection",
+    "compute_miwv": "formulas.miwv",
+    "add_miwv_column": "formulas.miwv",
 }
 
 __all__ = sorted(_EXPORTS)

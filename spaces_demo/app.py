@@ -40,10 +40,10 @@ from space_outputs import clip, histogram, pass_rate_chart, write_scored  # noqa
 from space_tools import select_scored, token_losses
 
 from hf_adapters.backends import LikelihoodBackend
-from hf_adapters.conventions import IFD_CONVENTIONS
+from hf_adapters.backends.loading import DEFAULT_MODEL_ID, ModelLoadError
+from hf_adapters.core.conventions import IFD_CONVENTIONS
+from hf_adapters.files.json_values import json_safe
 from hf_adapters.ifeval import RowResult, aggregate
-from hf_adapters.json_values import json_safe
-from hf_adapters.models import DEFAULT_MODEL_ID, ModelLoadError
 
 logger = logging.getLogger(__name__)
 

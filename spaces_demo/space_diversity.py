@@ -11,11 +11,11 @@ from space_inputs import InputError
 from space_outputs import write_scored
 
 from hf_adapters.backends import TransformersBackend
-from hf_adapters.conventions import SELECTION_CONVENTIONS
-from hf_adapters.data_io import read_records
-from hf_adapters.diversity import diverse_selection
-from hf_adapters.embeddings import conversation_text, embed_texts
-from hf_adapters.texts import ppl_text
+from hf_adapters.core.conventions import SELECTION_CONVENTIONS
+from hf_adapters.core.texts import ppl_text
+from hf_adapters.curation.diversity import diverse_selection
+from hf_adapters.files.data_io import read_records
+from hf_adapters.formulas.embeddings import conversation_text, embed_texts
 
 
 def projection(vectors: np.ndarray) -> np.ndarray:

@@ -8,9 +8,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from hf_adapters.conventions import IFD_CONVENTIONS, SELECTION_CONVENTIONS, describe
-from hf_adapters.data_io import parse_jsonl, read_records
-from hf_adapters.information_parity import RESULT_KEYS
+from hf_adapters.core.conventions import IFD_CONVENTIONS, SELECTION_CONVENTIONS, describe
+from hf_adapters.files.data_io import parse_jsonl, read_records
+from hf_adapters.formulas.information_parity import RESULT_KEYS
 from hf_adapters.scorers import (
     ConversationIFDScorer,
     IFDScorer,

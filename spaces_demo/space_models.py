@@ -19,8 +19,8 @@ import threading
 from collections import OrderedDict
 
 from hf_adapters.backends import LikelihoodBackend, TransformersBackend, VLLMBackend
-from hf_adapters.backends.vllm_model import vllm_version
-from hf_adapters.models import DEFAULT_MODEL_ID, ModelLoadError, clear_model_cache, load_model
+from hf_adapters.backends.loading import DEFAULT_MODEL_ID, ModelLoadError, clear_model_cache, load_model
+from hf_adapters.backends.vllm import vllm_version
 
 #: A hub repository id: ``name`` or ``owner/name``, letters, digits, ``-``, ``_`` and ``.``, no ``..``.
 HUB_ID = re.compile(r"^(?!.*\.\.)[A-Za-z0-9][\w.-]{0,95}(/[A-Za-z0-9][\w.-]{0,95})?$")

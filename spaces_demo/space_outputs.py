@@ -13,7 +13,7 @@ from typing import Any
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from hf_adapters.json_values import json_safe
+from hf_adapters.files.json_values import json_safe
 
 #: Widest text shown in a table cell; the download keeps full texts.
 CELL_CHARS = 120

@@ -11,9 +11,9 @@ from space_inputs import PERPLEXITY, InputError, load_rows
 from space_outputs import write_scored
 
 from hf_adapters.backends import LikelihoodBackend
-from hf_adapters.conventions import SELECTION_CONVENTIONS
-from hf_adapters.data_io import read_records
-from hf_adapters.selection import selection_indices
+from hf_adapters.core.conventions import SELECTION_CONVENTIONS
+from hf_adapters.curation.ranking import selection_indices
+from hf_adapters.files.data_io import read_records
 
 
 def select_scored(scored_file: str | None, top_percent: float, below_one: bool, column: str = "ifd",
@@ -22,7 +22,7 @@ def select_scored(scored_file: str | None, top_percent: float, below_one: bool, 
     rows above 1 dropped first with ``below_one`` (Cherry_LLM's rule for IFD); a new file of the same format.
 
     An IFD ``convention`` with a selection script (cherry, superfiltering) selects as that script
-    does, always with the cut-off at 1 (see :func:`hf_adapters.selection.selection_indices`).
+    does, always with the cut-off at 1 (see :func:`hf_adapters.curation.ranking.selection_indices`).
     """
     if not scored_file:
         raise InputError("Score some rows first: the selection is taken from the scored file.")

@@ -16,8 +16,8 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from hf_adapters import information_parity
-from hf_adapters import models as hf_models
+from hf_adapters.backends import loading as hf_models
+from hf_adapters.formulas import information_parity
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 CORPUS = [

@@ -16,12 +16,12 @@ from datasets import Dataset
 
 import hf_adapters
 from hf_adapters.backends import BACKENDS, BackendOptions, LikelihoodBackend, TransformersBackend, register_backend
-from hf_adapters.columns import add_ifd_column, add_information_parity_column, add_perplexity_column
-from hf_adapters.ifd import IFDOptions, compute_ifd
-from hf_adapters.information_parity import InformationParityOptions, compute_information_parity
-from hf_adapters.likelihood import ContinuationScore, prepare_items
-from hf_adapters.parallel_corpus import evaluate_parallel
-from hf_adapters.perplexity import PerplexityOptions, compute_perplexity
+from hf_adapters.columns.dataset_columns import add_ifd_column, add_information_parity_column, add_perplexity_column
+from hf_adapters.core.likelihood import ContinuationScore, prepare_items
+from hf_adapters.formulas.ifd import IFDOptions, compute_ifd
+from hf_adapters.formulas.information_parity import InformationParityOptions, compute_information_parity
+from hf_adapters.formulas.parallel_corpus import evaluate_parallel
+from hf_adapters.formulas.perplexity import PerplexityOptions, compute_perplexity
 from hf_adapters.scorers import ConfigError, ConversationIFDScorer, IFDScorer, PPLScorer, build_scorer
 from tests.conftest import assert_exact, naive_nll
 from tests.test_conversations import CONVERSATIONS, naive_conversation_ifd
@@ -214,7 +214,7 @@ def test_an_unknown_option_is_named_with_the_valid_ones(load_calls):
 
 def test_formula_modules_never_touch_a_model():
     for name in ("ifd.py", "perplexity.py", "information_parity.py"):
-        text = (PACKAGE / name).read_text(encoding="utf-8")
+        text = (PACKAGE / "formulas" / name).read_text(encoding="utf-8")
         assert not re.search(r"score_continuations|from_pretrained|base_model|get_output_embeddings", text), name
 
 

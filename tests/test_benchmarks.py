@@ -15,8 +15,8 @@ from benchmarks.references import (
     pad_to_longest_perplexity,
 )
 from hf_adapters.backends import score_continuations
-from hf_adapters.ifd import DEFAULT_TEMPLATE, DEFAULT_TEMPLATE_NO_INPUT, compute_ifd
-from hf_adapters.perplexity import compute_perplexity
+from hf_adapters.formulas.ifd import DEFAULT_TEMPLATE, DEFAULT_TEMPLATE_NO_INPUT, compute_ifd
+from hf_adapters.formulas.perplexity import compute_perplexity
 from tests.conftest import assert_exact
 
 TEXTS = [
@@ -140,7 +140,7 @@ def test_read_records_reads_the_shared_alpaca_subset(shared_dir):
     assert len(records) == 64 and all(record["output"] for record in records)
 
 
-@pytest.mark.filterwarnings("ignore::hf_adapters.cpu_kernels.SlowBfloat16Warning")
+@pytest.mark.filterwarnings("ignore::hf_adapters.backends.transformers.cpu_kernels.SlowBfloat16Warning")
 @pytest.mark.parametrize("native_bfloat16", [True, False])
 def test_whole_run_writes_the_markdown_report_naming_machine_kernels_and_targets(model, tokenizer, monkeypatch,
                                                                                  tmp_path, capsys, native_bfloat16):

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from hf_adapters import cli
+from hf_adapters.core.wording import plural
+from hf_adapters.engines.local import JobSummary
 from hf_adapters.ifeval.end_to_end import run_manifest, run_settings
 from hf_adapters.ifeval.run_folder import LOCK, MANIFEST, SAMPLES, RunFolderError, check_folder, locked
-from hf_adapters.jobs import JobSummary
-from hf_adapters.wording import plural
 from tests.conftest import write_jsonl
 
 MODEL = {"model": "./tiny", "source": "tiny", "dtype": "float32", "device_type": "cpu",
@@ -169,7 +169,7 @@ def test_a_hub_that_cannot_be_reached_is_said_only_with_verbose(unreachable_hub,
     ``--verbose`` shows; a model that cannot be found still says why in its error.
 
     Round five, item 22."""
-    from hf_adapters import models
+    from hf_adapters.backends import loading as models
 
     config = tmp_path / "ppl.yaml"
     config.write_text("name: PPLScorer\nmodel: nobody-here/no-such-model\n", encoding="utf-8")

@@ -5,11 +5,11 @@ import math
 import pytest
 from datasets import Dataset, DatasetDict, load_from_disk
 
-from hf_adapters.columns import add_ifd_column, add_information_parity_column, add_perplexity_column
-from hf_adapters.ifd import compute_ifd
-from hf_adapters.perplexity import compute_perplexity
+from hf_adapters.columns.dataset_columns import add_ifd_column, add_information_parity_column, add_perplexity_column
+from hf_adapters.core.texts import ppl_text
+from hf_adapters.formulas.ifd import compute_ifd
+from hf_adapters.formulas.perplexity import compute_perplexity
 from hf_adapters.scorers import IFDScorer, PerplexityScorer
-from hf_adapters.texts import ppl_text
 from tests.conftest import build_model
 from tests.test_ifd import INPUTS, INSTRUCTIONS, OUTPUTS
 

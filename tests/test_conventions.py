@@ -15,11 +15,11 @@ import pytest
 from tokenizers import Tokenizer, models, processors
 from transformers import PreTrainedTokenizerFast
 
-from hf_adapters.conventions import PEER_CONVENTIONS, peer_ifd_pairs, peer_text_pairs
-from hf_adapters.ifd import DEFAULT_TEMPLATE, DEFAULT_TEMPLATE_NO_INPUT, compute_ifd
-from hf_adapters.perplexity import compute_perplexity
+from hf_adapters.core.conventions import PEER_CONVENTIONS, peer_ifd_pairs, peer_text_pairs
+from hf_adapters.curation.ranking import selection_indices
+from hf_adapters.formulas.ifd import DEFAULT_TEMPLATE, DEFAULT_TEMPLATE_NO_INPUT, compute_ifd
+from hf_adapters.formulas.perplexity import compute_perplexity
 from hf_adapters.scorers import ConfigError, IFDScorer, PPLScorer
-from hf_adapters.selection import selection_indices
 from tests.conftest import assert_exact, build_model, naive_nll
 
 CHARACTERS = sorted(set('Q:"abcdefghij\n#ResponsABC ' + "".join(

@@ -11,9 +11,9 @@ import pytest
 from datasets import Dataset
 
 from hf_adapters import add_ifd_column, add_perplexity_column
-from hf_adapters.conversations import ConversationError, check_messages, history_prompt, to_messages
-from hf_adapters.ifd import DEFAULT_REVERSE_TEMPLATE, compute_ifd
-from hf_adapters.likelihood import start_token_id
+from hf_adapters.core.conversations import ConversationError, check_messages, history_prompt, to_messages
+from hf_adapters.core.likelihood import start_token_id
+from hf_adapters.formulas.ifd import DEFAULT_REVERSE_TEMPLATE, compute_ifd
 from hf_adapters.scorers import ConversationIFDScorer, build_scorer
 from tests.conftest import assert_exact, build_model, naive_nll
 from tests.test_ifd import INPUTS, INSTRUCTIONS, OUTPUTS
@@ -194,7 +194,7 @@ def test_the_chatml_turn_layout_warns_once_for_a_tokenizer_without_chatml_marker
     Round five, item 5."""
     import logging
 
-    from hf_adapters import conversations
+    from hf_adapters.core import conversations
 
     monkeypatch.setattr(conversations, "_warned_markers", set())
     ds = Dataset.from_dict({"messages": CONVERSATIONS})

@@ -10,9 +10,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from hf_adapters import cpu_kernels
 from hf_adapters.backends import score_continuations
-from hf_adapters.cpu_kernels import (
+from hf_adapters.backends.transformers import cpu_kernels
+from hf_adapters.backends.transformers.cpu_kernels import (
     CPU_LINEAR_ENV,
     OneDNNLinear,
     SlowBfloat16Warning,
@@ -116,13 +116,13 @@ def test_auto_runs_the_faster_kernel_measured_once_and_logged(model, tokenizer, 
                                                               rates, kernel):
     measured, fake_rates = fresh_choice
     fake_rates(rates)
-    with caplog.at_level(logging.DEBUG, logger="hf_adapters.cpu_kernels"):
+    with caplog.at_level(logging.DEBUG, logger="hf_adapters.backends.transformers.cpu_kernels"):
         score_once(model, tokenizer)
         score_once(model, tokenizer)
     assert measured == [linear_shapes(model)]
     assert choose_cpu_linear(model).kernel == kernel and choose_cpu_linear(model).rates == rates
     assert any(onednn_calls) == (kernel == "onednn")
-    [message] = [r.getMessage() for r in caplog.records if r.name == "hf_adapters.cpu_kernels"]
+    [message] = [r.getMessage() for r in caplog.records if r.name == "hf_adapters.backends.transformers.cpu_kernels"]
     assert (f"default BLAS ran at {rates['default'] / 1e9:.1f} GFLOP/s and oneDNN at {rates['onednn'] / 1e9:.1f} "
             "GFLOP/s") in message
 

@@ -18,9 +18,10 @@ import pyarrow.parquet as pq
 import pytest
 from datasets import Dataset
 
-from hf_adapters import add_ifd_column, cli, columns
-from hf_adapters.jobs import JobConflictError, run_scoring_job, saved_rows, work_dir_for
-from hf_adapters.score_files import OutputFormat
+from hf_adapters import add_ifd_column, cli
+from hf_adapters.columns import dataset_columns as columns
+from hf_adapters.engines.local import JobConflictError, run_scoring_job, saved_rows, work_dir_for
+from hf_adapters.files.score_files import OutputFormat
 from hf_adapters.scorers import RowScorer, register_scorer
 from tests.conftest import read_jsonl, write_jsonl
 from tests.test_jobs import REPO, launcher, run_env
@@ -446,7 +447,7 @@ def test_a_command_started_with_sigint_ignored_keeps_it_and_says_so_when_verbose
 
 
 def test_ctrl_c_on_ray_says_nothing_was_saved(tmp_path, data, capsys, monkeypatch):
-    from hf_adapters import ray_jobs
+    from hf_adapters.engines import ray as ray_jobs
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
@@ -458,7 +459,7 @@ def test_ctrl_c_on_ray_says_nothing_was_saved(tmp_path, data, capsys, monkeypatc
 
 
 def test_ctrl_c_before_any_row_is_saved_says_so(tmp_path, data, capsys, monkeypatch):
-    from hf_adapters import jobs
+    from hf_adapters.engines import local as jobs
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt

@@ -8,7 +8,7 @@ import os
 import pytest
 from datasets import Dataset, DatasetDict
 
-from hf_adapters.data_io import data_fingerprint, read_rows, row_ids
+from hf_adapters.files.data_io import data_fingerprint, read_rows, row_ids
 
 ROWS = [
     {"id": "b", "instruction": "Name a colour.", "input": "", "output": "Blue."},

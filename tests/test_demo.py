@@ -4,10 +4,10 @@ import json
 
 import pytest
 
+from hf_adapters.backends.loading import embedded_default_source
 from hf_adapters.cli import main
 from hf_adapters.cli.demo_command import sample_rows
 from hf_adapters.cli.tables import format_table
-from hf_adapters.models import embedded_default_source
 
 
 @pytest.mark.slow

@@ -11,8 +11,8 @@ import torch
 from safetensors import safe_open
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
-from hf_adapters import models
-from hf_adapters.models import ModelSource
+from hf_adapters.backends import loading as models
+from hf_adapters.backends.loading import ModelSource
 
 
 @pytest.fixture

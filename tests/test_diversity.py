@@ -10,11 +10,12 @@ import pytest
 from datasets import Dataset, IterableDataset
 
 from hf_adapters import cli, select
-from hf_adapters.diversity import deita, diverse_selection, semantic_dedup, similarity
-from hf_adapters.diversity.deita import deita_indices
-from hf_adapters.diversity.facility_location import facility_location_order
-from hf_adapters.diversity.semantic_dedup import semantic_dedup_indices, spherical_kmeans
-from hf_adapters.selection import selection_indices
+from hf_adapters.curation.diversity import deita, diverse_selection, semantic_dedup
+from hf_adapters.curation.diversity.deita import deita_indices
+from hf_adapters.curation.diversity.facility_location import facility_location_order
+from hf_adapters.curation.diversity.semantic_dedup import semantic_dedup_indices, spherical_kmeans
+from hf_adapters.curation.ranking import selection_indices
+from hf_adapters.formulas import similarity
 from tests.conftest import read_jsonl, write_jsonl
 
 

@@ -13,7 +13,7 @@ from datasets import Dataset, IterableDataset
 
 from hf_adapters import cli
 from hf_adapters.backends import LikelihoodBackend, TransformersBackend
-from hf_adapters.embeddings import add_embedding_column, embed_texts, embedding_matrix
+from hf_adapters.formulas.embeddings import add_embedding_column, embed_texts, embedding_matrix
 from tests.conftest import CORPUS, write_jsonl
 
 TEXTS = [CORPUS[0], "Short.", CORPUS[2], "", CORPUS[3], "A little longer than short."]
@@ -194,8 +194,8 @@ def test_a_killed_embed_leaves_no_array_under_the_final_name(model_dir, tmp_path
     """A killed run left a full-size array, the rows it never reached all zeros, under the final
     name; it writes a temporary file and renames it at the end, and an earlier finished array and
     its record stay as they were. Round five, item 3."""
-    from hf_adapters import embeddings
     from hf_adapters.cli import embed_command as command
+    from hf_adapters.formulas import embeddings
 
     monkeypatch.setattr(command, "CHUNK_ROWS", 2)
     embed = embeddings.embed_texts
@@ -331,7 +331,7 @@ def test_embed_checks_its_output_path_before_loading_the_model(tmp_path, capsys)
 
 def test_embed_warns_naming_rows_whose_vectors_are_not_finite(model_dir, tmp_path, capsys, monkeypatch):
     """Round five, item 1."""
-    from hf_adapters import embeddings
+    from hf_adapters.formulas import embeddings
 
     embed = embeddings.embed_texts
 

@@ -10,9 +10,9 @@ import torch
 
 from hf_adapters import ContinuationScore, LikelihoodBackend
 from hf_adapters.backends.base import BackendContractError, EntropyUnsupportedError, check_scores
-from hf_adapters.backends.transformers_model import TransformersBackend, score_continuations
-from hf_adapters.likelihood import combined, start_token_id
-from hf_adapters.perplexity import compute_perplexity
+from hf_adapters.backends.transformers.model import TransformersBackend, score_continuations
+from hf_adapters.core.likelihood import combined, start_token_id
+from hf_adapters.formulas.perplexity import compute_perplexity
 from tests.conftest import assert_exact
 from tests.test_likelihood import TEXTS, encode
 

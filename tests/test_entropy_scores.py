@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from hf_adapters import cli
-from hf_adapters.entropy_scores import HESOptions, high_entropy_sum
+from hf_adapters.formulas.entropy_scores import HESOptions, high_entropy_sum
 from hf_adapters.scorers import HESScorer, NormLossScorer, UPDScorer
 from tests.conftest import assert_exact
 

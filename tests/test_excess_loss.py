@@ -9,13 +9,13 @@ import pytest
 import torch
 from datasets import Dataset
 
-from hf_adapters.excess_loss import compute_excess_loss
-from hf_adapters.excess_loss_columns import add_excess_loss_column, add_rho1_labels_column
-from hf_adapters.likelihood import start_token_id
-from hf_adapters.reference_models import TokenizerMismatchError
+from hf_adapters.columns.excess_loss_columns import add_excess_loss_column, add_rho1_labels_column
+from hf_adapters.core.likelihood import start_token_id
+from hf_adapters.curation.selection_rules import select_by_rule
+from hf_adapters.formulas.excess_loss import compute_excess_loss
+from hf_adapters.formulas.reference_models import TokenizerMismatchError
+from hf_adapters.formulas.token_selection import kept_tokens, rho1_labels
 from hf_adapters.scorers import ExcessLossScorer, build_scorer
-from hf_adapters.selection_rules import select_by_rule
-from hf_adapters.token_selection import kept_tokens, rho1_labels
 from tests.conftest import EXACT_FLOOR, build_model, build_tokenizer, float64_copy
 
 TEXTS = ["The sea is wide and deep.", "Cats purr. 🐈", "", "Write a short poem about the sea, please, now."]
@@ -92,7 +92,7 @@ def test_excess_losses_equal_naive_float64_two_model_reference_for_any_batch_siz
 
 
 def test_conversations_score_every_assistant_token_after_its_history(model, tokenizer, reference):
-    from hf_adapters.conversations import turn_pairs
+    from hf_adapters.core.conversations import turn_pairs
 
     result = compute_excess_loss(messages=[CHAT], model=model, tokenizer=tokenizer, reference_model=reference,
                                  reference_tokenizer=tokenizer, batch_size=1)
@@ -113,7 +113,7 @@ def test_a_model_against_itself_has_no_excess_loss(model, tokenizer):
 def test_a_reference_with_another_vocabulary_is_refused_before_scoring(model, tokenizer, monkeypatch):
     other = build_tokenizer(bos=False)
     calls = []
-    monkeypatch.setattr("hf_adapters.backends.transformers_model.TransformersBackend.score",
+    monkeypatch.setattr("hf_adapters.backends.transformers.model.TransformersBackend.score",
                         lambda self, *args, **kwargs: calls.append(1))
     with pytest.raises(TokenizerMismatchError, match="different vocabularies"):
         compute_excess_loss(TEXTS, model=model, tokenizer=tokenizer, reference_model=build_model(len(other)),

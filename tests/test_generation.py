@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hf_adapters.backends import transformers_generation as generation
-from hf_adapters.backends.transformers_generation import AloneDecoder, default_stop_token_ids, greedy_generate
+from hf_adapters.backends.transformers import generation
+from hf_adapters.backends.transformers.generation import AloneDecoder, default_stop_token_ids, greedy_generate
 
 TEXTS = [
     "The quick brown fox jumps over the lazy dog.",
@@ -135,8 +135,8 @@ def test_stop_tokens_default_to_the_eos_of_the_tokenizer_and_of_the_generation_c
 
 @pytest.mark.slow
 def test_batched_generation_equals_generating_alone_on_real_ifeval_prompts():
+    from hf_adapters.backends.loading import load_model
     from hf_adapters.ifeval.prompts import prompt_token_ids, read_prompts
-    from hf_adapters.models import load_model
 
     model, tokenizer = load_model()
     prompts = prompt_token_ids(tokenizer, read_prompts()[:4])

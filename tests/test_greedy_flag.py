@@ -10,7 +10,7 @@ import torch
 
 from hf_adapters.backends import TransformersBackend
 from hf_adapters.backends.base import BackendContractError, GreedyUnsupportedError, check_scores
-from hf_adapters.likelihood import ContinuationScore, combined
+from hf_adapters.core.likelihood import ContinuationScore, combined
 from tests.test_entropies import NoEntropies
 
 

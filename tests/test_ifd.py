@@ -8,13 +8,13 @@ import pytest
 from tokenizers import processors
 
 from hf_adapters.backends import TransformersBackend
-from hf_adapters.ifd import (
+from hf_adapters.core.likelihood import ContinuationScore, start_token_id
+from hf_adapters.formulas.ifd import (
     DEFAULT_TEMPLATE,
     DEFAULT_TEMPLATE_NO_INPUT,
     compute_ifd,
     ifd_ratio,
 )
-from hf_adapters.likelihood import ContinuationScore, start_token_id
 from tests.conftest import assert_exact, build_model, build_tokenizer, naive_nll
 
 INSTRUCTIONS = [
@@ -166,7 +166,7 @@ def test_chat_template_without_one_is_a_clear_error(model, tokenizer):
 
 @pytest.mark.parametrize("mode", ["ppl_ratio", "loss_ratio"])
 def test_truncation_cuts_the_answer_and_scores_the_same_tokens_in_both_passes(model, tokenizer, mode, caplog):
-    with caplog.at_level(logging.WARNING, logger="hf_adapters.ifd"):
+    with caplog.at_level(logging.WARNING, logger="hf_adapters.formulas.ifd"):
         result = compute_ifd(INSTRUCTIONS, OUTPUTS, INPUTS, model=model, tokenizer=tokenizer, max_length=72, mode=mode)
     assert "truncated" in caplog.text
     assert_matches_naive(model, tokenizer, result, mode, max_length=72)
@@ -186,7 +186,7 @@ def test_invalid_rows_get_nan_and_a_warning_and_leave_neighbours_alone(model, to
     instructions = ["Write a poem.", "Summarise.", "A very long instruction that keeps going " * 6, "Name it."]
     outputs = ["The sea.", "", "Some answer.", "The fox."]
     options = {"template_no_input": "{instruction}\n", "max_length": 30}
-    with caplog.at_level(logging.WARNING, logger="hf_adapters.ifd"):
+    with caplog.at_level(logging.WARNING, logger="hf_adapters.formulas.ifd"):
         result = compute_ifd(instructions, outputs, model=model, tokenizer=tokenizer, **options)
     assert "Row 1 has an empty output" in caplog.text
     assert "Row 2: the prompt" in caplog.text and "fills max_length=30" in caplog.text
@@ -296,7 +296,7 @@ def marker_warnings(caplog) -> list[str]:
 @pytest.fixture
 def fresh_marker_warnings(monkeypatch):
     """No marker warning said yet in this process, so each test sees its own."""
-    from hf_adapters import conversations
+    from hf_adapters.core import conversations
 
     monkeypatch.setattr(conversations, "_warned_markers", set())
 

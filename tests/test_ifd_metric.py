@@ -6,8 +6,8 @@ from pathlib import Path
 import evaluate
 import pytest
 
-from hf_adapters.ifd import compute_ifd
-from hf_adapters.models import DEFAULT_MODEL_ID, load_model
+from hf_adapters.backends.loading import DEFAULT_MODEL_ID, load_model
+from hf_adapters.formulas.ifd import compute_ifd
 from tests.conftest import assert_exact
 from tests.test_ifd import INPUTS, INSTRUCTIONS, OUTPUTS, naive_ifd
 

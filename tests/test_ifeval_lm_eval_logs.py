@@ -21,7 +21,7 @@ import pytest
 
 from hf_adapters import cli
 from hf_adapters.backends import TransformersBackend
-from hf_adapters.conversations import history_prompt
+from hf_adapters.core.conversations import history_prompt
 from hf_adapters.ifeval.lm_eval_logs import CHATML_TEMPLATE, chat_template, hash_string
 from hf_adapters.ifeval.prompts import prompt_token_ids, read_prompts
 from tests.conftest import read_jsonl, write_jsonl

@@ -18,7 +18,7 @@ import torch
 from datasets import Dataset
 
 from hf_adapters import cli
-from hf_adapters.jobs import JobConflictError, run_scoring_job, score_dataset, shard_range, work_dir_for
+from hf_adapters.engines.local import JobConflictError, run_scoring_job, score_dataset, shard_range, work_dir_for
 from hf_adapters.scorers import SCORERS, PPLScorer, RowScorer, build_scorer, register_scorer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -134,7 +134,7 @@ def test_interrupted_job_resumes_without_rescoring_and_drops_a_torn_tail(tmp_pat
         handle.write(b'{"i": 12, "id": "r12", "score": 1.0}\n{"i": 13, "id": "r1')
 
     scorer = LengthRatioScorer(batch_size=4)
-    with caplog.at_level(logging.INFO, logger="hf_adapters.jobs"):
+    with caplog.at_level(logging.INFO, logger="hf_adapters.engines.local"):
         summary = run_scoring_job(data, scorer, output)
     assert "resuming: 12 of 40 rows already scored" in caplog.messages
     assert scorer.scored_rows == [f"r{i}" for i in range(12, 40)]  # the incomplete chunk is scored again
@@ -166,7 +166,7 @@ def test_a_job_resumes_with_another_batch_size_on_the_chunks_it_started_with(tmp
     with pytest.raises(KeyboardInterrupt):
         run_scoring_job(Dataset.from_list(rows), CrashAfter(rows=8, batch_size=4), output)
     scorer = LengthRatioScorer(batch_size=batch_size)
-    with caplog.at_level(logging.INFO, logger="hf_adapters.jobs"):
+    with caplog.at_level(logging.INFO, logger="hf_adapters.engines.local"):
         summary = run_scoring_job(Dataset.from_list(rows), scorer, output)
     assert "resuming: 8 of 30 rows already scored" in caplog.messages
     assert scorer.scored_rows == [row["id"] for row in rows[8:]] and summary.scored == 22
@@ -190,7 +190,7 @@ def test_a_job_resumes_on_fewer_processes_than_it_started_with(tmp_path):
 def test_out_of_memory_halves_the_batch_and_keeps_every_row(tmp_path, caplog, error):
     rows = make_rows(19)
     scorer = OutOfMemoryAbove(fits=2, error=error, batch_size=8)
-    with caplog.at_level(logging.WARNING, logger="hf_adapters.jobs"):
+    with caplog.at_level(logging.WARNING, logger="hf_adapters.engines.local"):
         run_scoring_job(Dataset.from_list(rows), scorer, tmp_path / "out.jsonl")
     assert read_jsonl(tmp_path / "out.jsonl") == expected_lines(rows)
     assert scorer.scored_rows == [row["id"] for row in rows]
@@ -296,7 +296,7 @@ def test_kill_9_in_the_middle_then_rerun_gives_the_uninterrupted_output(tmp_path
     killed_at = len(part.read_bytes().splitlines())
     assert 20 <= killed_at < 150 and not output.exists()
 
-    with caplog.at_level(logging.INFO, logger="hf_adapters.jobs"):
+    with caplog.at_level(logging.INFO, logger="hf_adapters.engines.local"):
         assert cli.main(args) == 0  # the same command again
     [resumed] = [message for message in caplog.messages if message.startswith("resuming: ")]
     assert resumed.endswith(" of 150 rows already scored") and int(resumed.split()[1]) >= killed_at - 2
@@ -419,7 +419,7 @@ def test_the_summary_of_a_resumed_run_says_its_rate_counts_only_this_runs_rows()
 
     Round five, item 21.
     """
-    from hf_adapters.jobs import JobSummary
+    from hf_adapters.engines.local import JobSummary
 
     assert str(JobSummary(rows=23, valid=20, seconds=2.0, scored=11)) == \
         "23 rows, 20 valid scores; this run scored 11 of them, 5.5 rows/s"
@@ -434,7 +434,7 @@ def test_running_a_finished_job_again_does_nothing_unless_its_output_would_diffe
 
     Round five, item 21.
     """
-    from hf_adapters.score_files import OutputFormat
+    from hf_adapters.files.score_files import OutputFormat
 
     rows = Dataset.from_list(make_rows(9))
     output = tmp_path / "out.jsonl"
@@ -452,7 +452,7 @@ def test_running_a_finished_job_again_does_nothing_unless_its_output_would_diffe
 
 
 def test_a_kill_during_the_final_cleanup_leaves_a_complete_output_that_needs_no_work(tmp_path, monkeypatch):
-    from hf_adapters import jobs
+    from hf_adapters.engines import local as jobs
 
     rows = Dataset.from_list(make_rows(10))
     output = tmp_path / "out.jsonl"

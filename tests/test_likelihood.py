@@ -7,9 +7,9 @@ import random
 import pytest
 import torch
 
-from hf_adapters.backends import transformers_model
-from hf_adapters.backends.transformers_model import OUTPUT_CHUNK_POSITIONS, score_continuations
-from hf_adapters.likelihood import ContinuationScore, make_batches, start_token_id
+from hf_adapters.backends.transformers import model as transformers_model
+from hf_adapters.backends.transformers.model import OUTPUT_CHUNK_POSITIONS, score_continuations
+from hf_adapters.core.likelihood import ContinuationScore, make_batches, start_token_id
 from tests.conftest import assert_exact, build_model, build_tokenizer, naive_nll
 
 TEXTS = [
@@ -180,7 +180,7 @@ def test_output_layer_runs_only_at_scored_positions(model, tokenizer):
 
 
 def test_output_layer_is_chunked_for_large_vocabularies(model, tokenizer, monkeypatch):
-    monkeypatch.setattr("hf_adapters.backends.transformers_model.OUTPUT_CHUNK_POSITIONS", 5)
+    monkeypatch.setattr("hf_adapters.backends.transformers.model.OUTPUT_CHUNK_POSITIONS", 5)
     items = encode(tokenizer, TEXTS)
     chunk_sizes = []
     hook = model.get_output_embeddings().register_forward_hook(
@@ -196,7 +196,7 @@ def test_output_layer_is_chunked_for_large_vocabularies(model, tokenizer, monkey
 
 def test_cpu_output_chunks_keep_their_logits_within_the_byte_budget(model, tokenizer, monkeypatch):
     vocabulary = model.get_output_embeddings().weight.shape[0]
-    monkeypatch.setattr("hf_adapters.backends.transformers_model.CPU_OUTPUT_CHUNK_BYTES", 3 * 4 * vocabulary + 1)
+    monkeypatch.setattr("hf_adapters.backends.transformers.model.CPU_OUTPUT_CHUNK_BYTES", 3 * 4 * vocabulary + 1)
     items = encode(tokenizer, TEXTS)
     chunk_sizes = []
     hook = model.get_output_embeddings().register_forward_hook(
@@ -210,7 +210,7 @@ def test_cpu_output_chunks_keep_their_logits_within_the_byte_budget(model, token
     assert_matches_naive(model, tokenizer, items, scores)
 
 
-@pytest.mark.filterwarnings("ignore::hf_adapters.cpu_kernels.SlowBfloat16Warning")
+@pytest.mark.filterwarnings("ignore::hf_adapters.backends.transformers.cpu_kernels.SlowBfloat16Warning")
 def test_bfloat16_model_scores_log_softmax_in_float32(tokenizer):
     model = build_model(len(tokenizer)).to(torch.bfloat16)
     items = encode(tokenizer, TEXTS)

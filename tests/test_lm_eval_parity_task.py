@@ -12,8 +12,8 @@ import pytest
 from tokenizers import processors
 
 from hf_adapters import cli
-from hf_adapters.data_io import read_records
-from hf_adapters.parallel_corpus import group_by_language, pair_ids
+from hf_adapters.files.data_io import read_records
+from hf_adapters.formulas.parallel_corpus import group_by_language, pair_ids
 from tests.conftest import build_model, build_tokenizer, saved_model, write_jsonl
 
 lm_eval = pytest.importorskip("lm_eval")

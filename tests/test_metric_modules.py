@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from hf_adapters.ifeval import compute_ifeval, demo_rows
-from hf_adapters.module_widget import build_widget, compute_from_table
+from hf_adapters.integrations.module_widget import build_widget, compute_from_table
 
 ROOT = Path(__file__).resolve().parents[1]
 METRICS = sorted(path for path in (ROOT / "metrics").iterdir() if path.is_dir())

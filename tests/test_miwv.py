@@ -10,7 +10,7 @@ import pytest
 import torch
 from datasets import Dataset
 
-from hf_adapters.miwv import add_miwv_column, compute_miwv, nearest_rows
+from hf_adapters.formulas.miwv import add_miwv_column, compute_miwv, nearest_rows
 from tests.conftest import float64_copy
 from tests.test_excess_loss import assert_exact_difference
 

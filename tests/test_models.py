@@ -7,8 +7,8 @@ import evaluate
 import pytest
 import torch
 
-from hf_adapters import models
-from hf_adapters.models import (
+from hf_adapters.backends import loading as models
+from hf_adapters.backends.loading import (
     DEFAULT_MODEL_ID,
     ModelLoadError,
     ModelSource,

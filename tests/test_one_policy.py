@@ -24,7 +24,7 @@ import pytest
 from datasets import Dataset, DatasetDict
 
 from hf_adapters import add_ifd_column, clear_model_cache, compute_ifd, select
-from hf_adapters import models as hf_models
+from hf_adapters.backends import loading as hf_models
 from hf_adapters.cli import main
 from tests.conftest import build_model, read_jsonl, write_jsonl
 from tests.spaces_fixtures import app_fixture, tiny_model_dir_fixture  # noqa: F401  (fixtures)
@@ -72,7 +72,7 @@ def excess_loss_of(entry: str, conversations: list, model, tokenizer, **options)
     """Excess loss of ``conversations`` (the model against itself) through the function or the metric module."""
     models = {"model": model, "tokenizer": tokenizer, "reference_model": model, "reference_tokenizer": tokenizer}
     if entry == "function":
-        from hf_adapters.excess_loss import compute_excess_loss
+        from hf_adapters.formulas.excess_loss import compute_excess_loss
 
         return compute_excess_loss(messages=conversations, **models, **options)
     return evaluate.load("./metrics/excess_loss").compute(messages=conversations, **models, **options)
@@ -110,7 +110,7 @@ def test_an_empty_assistant_answer_gives_nan_and_a_warning_naming_the_conversati
 def test_upd_and_hes_warn_naming_a_row_with_an_empty_answer(model, tokenizer, caplog, scorer, label):
     """UPD and HES gave NaN for an empty answer without the warning naming the row that the other
     scorers give; it names the row by its index in the data and its id. Round five, item 11."""
-    from hf_adapters.columns import add_score_columns
+    from hf_adapters.columns.dataset_columns import add_score_columns
     from hf_adapters.scorers import build_scorer
 
     ds = Dataset.from_dict({"id": ["a", "b", "c"], "instruction": ["Say hi.", "Say nothing.", "Say bye."],

@@ -9,8 +9,8 @@ import sys
 import pytest
 
 from hf_adapters import cli
-from hf_adapters.openmp import WAIT_POLICY_ENV, wait_passively
-from hf_adapters.ray_scoring import worker_environment
+from hf_adapters.backends.transformers.openmp import WAIT_POLICY_ENV, wait_passively
+from hf_adapters.engines.ray_columns import worker_environment
 
 
 def test_importing_the_command_line_does_not_import_torch():

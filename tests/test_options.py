@@ -4,11 +4,11 @@ import pytest
 from datasets import Dataset
 
 from hf_adapters.backends import score_continuations
-from hf_adapters.columns import add_information_parity_column, add_perplexity_column
-from hf_adapters.ifd import compute_ifd
-from hf_adapters.information_parity import compute_information_parity
-from hf_adapters.options import check_lengths
-from hf_adapters.perplexity import compute_perplexity
+from hf_adapters.columns.dataset_columns import add_information_parity_column, add_perplexity_column
+from hf_adapters.core.options import check_lengths
+from hf_adapters.formulas.ifd import compute_ifd
+from hf_adapters.formulas.information_parity import compute_information_parity
+from hf_adapters.formulas.perplexity import compute_perplexity
 from hf_adapters.scorers import ConfigError, build_scorer, load_config
 
 BAD_OPTIONS = [({"max_length": -5}, "max_length"), ({"max_length": 1}, "max_length"),

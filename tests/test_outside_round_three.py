@@ -348,7 +348,7 @@ def test_add_ifd_column_refuses_output_names_that_collide(model, tokenizer):
 
 
 def test_bfloat16_slower_than_float32_here_warns_with_the_measured_ratio(monkeypatch, tokenizer):
-    from hf_adapters import cpu_kernels
+    from hf_adapters.backends.transformers import cpu_kernels
 
     # Proposed: the speed-up of bfloat16 over float32 on the model's own shapes, measured once per process.
     monkeypatch.setattr(cpu_kernels, "bfloat16_speedup", lambda *args, **kwargs: 0.54)

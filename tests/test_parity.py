@@ -5,14 +5,14 @@ import math
 import numpy as np
 import pytest
 
-import hf_adapters.models as models
+import hf_adapters.backends.loading as models
 from hf_adapters.backends import TransformersBackend
-from hf_adapters.columns import add_information_parity_column
-from hf_adapters.information_parity import (
+from hf_adapters.columns.dataset_columns import add_information_parity_column
+from hf_adapters.core.likelihood import start_token_id
+from hf_adapters.formulas.information_parity import (
     RESULT_KEYS,
     compute_information_parity,
 )
-from hf_adapters.likelihood import start_token_id
 from hf_adapters.scorers import InformationParityScorer, build_scorer
 from tests.conftest import assert_exact, naive_nll
 

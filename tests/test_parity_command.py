@@ -6,11 +6,11 @@ import math
 
 import pytest
 
+from hf_adapters.backends.loading import embedded_default_source
 from hf_adapters.cli import main
-from hf_adapters.data_io import read_records
-from hf_adapters.information_parity import compute_information_parity
-from hf_adapters.models import embedded_default_source
-from hf_adapters.parallel_corpus import (
+from hf_adapters.files.data_io import read_records
+from hf_adapters.formulas.information_parity import compute_information_parity
+from hf_adapters.formulas.parallel_corpus import (
     evaluate_parallel,
     group_by_language,
     pair_ids,
@@ -159,7 +159,7 @@ def test_default_model_on_shared_flores(shared_dir, tmp_path, capsys):
 def test_hub_rows_accept_flores_plus_columns(monkeypatch):
     import datasets
 
-    from hf_adapters.parallel_corpus import hub_rows
+    from hf_adapters.formulas.parallel_corpus import hub_rows
 
     table = datasets.Dataset.from_dict(
         {"iso_639_3": ["eng", "fra"], "iso_15924": ["Latn", "Latn"], "id": [1, 1], "text": ["Hi.", "Salut."]}

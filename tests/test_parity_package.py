@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from hf_adapters.information_parity import compute_information_parity
+from hf_adapters.formulas.information_parity import compute_information_parity
 from tests.test_parity import PREDICTIONS, REFERENCES
 
 information_parity = pytest.importorskip("information_parity")

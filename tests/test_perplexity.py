@@ -5,7 +5,7 @@ import math
 import evaluate
 import pytest
 
-from hf_adapters.perplexity import compute_perplexity
+from hf_adapters.formulas.perplexity import compute_perplexity
 from tests.conftest import assert_exact, build_model, build_tokenizer, naive_nll
 
 TEXTS = [

@@ -28,7 +28,7 @@ import math
 from transformers import AutoTokenizer
 
 from hf_adapters.backends import LikelihoodBackend
-from hf_adapters.likelihood import ContinuationScore
+from hf_adapters.core.likelihood import ContinuationScore
 from hf_adapters.scorers import RowScorer
 
 

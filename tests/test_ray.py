@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from hf_adapters import cli
-from hf_adapters.ray_cluster import INSTALL_HINT
+from hf_adapters.engines.ray_cluster import INSTALL_HINT
 from tests.spaces_fixtures import ROOT, tiny_model_dir_fixture  # noqa: F401  (fixture)
 
 #: Set before Ray is imported: no usage report, no auth token written to ~/.ray.
@@ -122,7 +122,7 @@ def test_the_python_entry_returns_the_score_columns_in_order(ray_cluster, tiny_m
     from datasets import Dataset
 
     from hf_adapters import add_perplexity_column
-    from hf_adapters.ray_scoring import add_ray_score_columns
+    from hf_adapters.engines.ray_columns import add_ray_score_columns
 
     texts = [f"Sentence number {i} is {'very ' * (i % 7)}short." for i in range(40)]
     expected = add_perplexity_column(Dataset.from_dict({"text": texts}), text_column="text",
@@ -190,7 +190,8 @@ def test_without_ray_the_engine_names_the_extra_to_install(config, rows, tmp_pat
 
 
 def test_the_package_and_its_help_do_not_import_ray():
-    code = ("import sys, hf_adapters, hf_adapters.ray_jobs, hf_adapters.ray_scoring; from hf_adapters import cli\n"
+    code = ("import sys, hf_adapters, hf_adapters.engines.ray, hf_adapters.engines.ray_columns\n"
+            "from hf_adapters import cli\n"
             "try:\n    cli.main(['score', '--help'])\nexcept SystemExit:\n    pass\n"
             "assert 'ray' not in sys.modules, 'ray imported'")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
@@ -212,7 +213,7 @@ class BatchesOf:
 def test_scores_that_come_back_out_of_order_or_short_stop_the_job():
     import pyarrow as pa
 
-    from hf_adapters.ray_jobs import ROW_COLUMN, ordered_scores
+    from hf_adapters.engines.ray import ROW_COLUMN, ordered_scores
 
     def block(rows, scores):
         return pa.table({ROW_COLUMN: rows, "score": scores})
@@ -226,7 +227,7 @@ def test_scores_that_come_back_out_of_order_or_short_stop_the_job():
 
 
 def test_a_workers_failure_is_told_by_its_last_error_line():
-    from hf_adapters.ray_jobs import worker_error
+    from hf_adapters.engines.ray import worker_error
 
     report = ("ray::MapWorker() (pid=1, ip=1.2.3.4)\n  File \"x.py\", line 3, in f\n"
               "OSError: Error no file named model.safetensors found in directory /models/tiny.\n")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from hf_adapters.models import embedded_default_source
+from hf_adapters.backends.loading import embedded_default_source
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

@@ -10,10 +10,10 @@ import pytest
 import torch
 from datasets import Dataset
 
-from hf_adapters.likelihood import start_token_id
-from hf_adapters.perplexity import compute_perplexity
+from hf_adapters.core.likelihood import start_token_id
+from hf_adapters.core.texts import rolling_items
+from hf_adapters.formulas.perplexity import compute_perplexity
 from hf_adapters.scorers import ConfigError, build_scorer
-from hf_adapters.texts import rolling_items
 from tests.conftest import assert_exact, build_model
 
 DOCUMENT = " ".join(f"Line {i}: the quick brown fox jumps over the lazy dog near river {i % 7}." for i in range(12))

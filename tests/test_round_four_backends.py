@@ -29,7 +29,7 @@ from hf_adapters import (
 )
 from hf_adapters.backends import BACKENDS, LikelihoodBackend, TransformersBackend
 from hf_adapters.cli import main
-from hf_adapters.likelihood import ContinuationScore
+from hf_adapters.core.likelihood import ContinuationScore
 from hf_adapters.scorers import ConversationIFDScorer
 from tests.conftest import write_jsonl
 

@@ -1,7 +1,7 @@
 """Regressions of issue "round four": data reading cases (nothing lost, nothing silently wrong).
 
 Each case through the public entry points: ``hf-adapters score`` (``hf_adapters.cli.main``), in memory
-and with ``--streaming``, and ``hf_adapters.data_io.read_rows``; each failed on the code it was written
+and with ``--streaming``, and ``hf_adapters.files.data_io.read_rows``; each failed on the code it was written
 against.
 """
 
@@ -16,7 +16,7 @@ import pytest
 from datasets import Dataset, DatasetDict
 
 from hf_adapters.cli import main
-from hf_adapters.data_io import data_fingerprint, read_rows
+from hf_adapters.files.data_io import data_fingerprint, read_rows
 from tests.conftest import read_jsonl, write_jsonl
 from tests.test_ray import ray_cluster  # noqa: F401  (fixture)
 

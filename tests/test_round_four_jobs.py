@@ -15,9 +15,10 @@ import pyarrow.parquet as pq
 import pytest
 from datasets import Dataset
 
-from hf_adapters import cli, cpu_kernels
+from hf_adapters import cli
 from hf_adapters.backends import TransformersBackend
-from hf_adapters.jobs import JobConflictError, run_scoring_job, work_dir_for
+from hf_adapters.backends.transformers import cpu_kernels
+from hf_adapters.engines.local import JobConflictError, run_scoring_job, work_dir_for
 from hf_adapters.scorers import PerplexityScorer
 from tests.conftest import read_jsonl, write_jsonl
 from tests.test_jobs import CrashAfter, LengthRatioScorer, make_rows

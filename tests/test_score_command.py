@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from hf_adapters import cli
-from hf_adapters.ifd import compute_ifd
-from hf_adapters.perplexity import compute_perplexity
+from hf_adapters.core.texts import ppl_text
+from hf_adapters.formulas.ifd import compute_ifd
+from hf_adapters.formulas.perplexity import compute_perplexity
 from hf_adapters.scorers import RowScorer, register_scorer
-from hf_adapters.texts import ppl_text
 
 
 @register_scorer

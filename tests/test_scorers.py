@@ -4,12 +4,12 @@ from pathlib import Path
 
 import pytest
 
-from hf_adapters import models
-from hf_adapters.ifd import DEFAULT_TEMPLATE, DEFAULT_TEMPLATE_NO_INPUT, compute_ifd
+from hf_adapters.backends import loading as models
+from hf_adapters.core.texts import ppl_text
+from hf_adapters.formulas.ifd import DEFAULT_TEMPLATE, DEFAULT_TEMPLATE_NO_INPUT, compute_ifd
+from hf_adapters.formulas.perplexity import compute_perplexity
 from hf_adapters.ifeval import demo_rows
-from hf_adapters.perplexity import compute_perplexity
 from hf_adapters.scorers import SCORERS, ConfigError, IFDScorer, PPLScorer, build_scorer, load_config
-from hf_adapters.texts import ppl_text
 from tests.test_ifd import INPUTS, INSTRUCTIONS, OUTPUTS
 
 CONFIGS = Path(__file__).resolve().parents[1] / "hf_adapters" / "configs"

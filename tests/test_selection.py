@@ -10,8 +10,8 @@ import pytest
 from datasets import Dataset
 
 from hf_adapters import cli, select
-from hf_adapters.selection import selection_indices
-from hf_adapters.wording import noun_for
+from hf_adapters.core.wording import noun_for
+from hf_adapters.curation.ranking import selection_indices
 
 SCORES = [0.9, 1.3, math.nan, 0.7, None, 0.9, 0.2, 1.0, 0.95, 0.5]
 

@@ -220,7 +220,7 @@ def test_a_public_space_refuses_server_paths_with_one_message_that_reveals_nothi
 def test_a_public_space_loads_listed_models_and_keeps_only_the_most_recent(app, public_space, monkeypatch):
     import space_models
 
-    from hf_adapters import models
+    from hf_adapters.backends import loading as models
 
     space_models.check_allowed("HuggingFaceTB/SmolLM2-360M-Instruct")  # a hub id is accepted
     earlier = ("earlier/model", "float32", "cpu", False, ())
@@ -281,7 +281,7 @@ def test_selected_rows_are_the_top_share_below_one_in_the_scored_files_format(ap
 
 
 def test_token_view_colours_each_token_of_the_chosen_row_by_its_loss(app, tiny_model_dir):
-    from hf_adapters.perplexity import compute_perplexity
+    from hf_adapters.formulas.perplexity import compute_perplexity
 
     shown = app.tokens_handler("First text.\nSecond, longer text.", None, tiny_model_dir, 2)
     expected = compute_perplexity(["Second, longer text."], model_id=tiny_model_dir, return_token_losses=True)
@@ -292,7 +292,7 @@ def test_token_view_colours_each_token_of_the_chosen_row_by_its_loss(app, tiny_m
 
 
 def test_the_ifd_tab_gives_reverse_ifd_on_request(app, tiny_model_dir):
-    from hf_adapters.ifd import compute_ifd
+    from hf_adapters.formulas.ifd import compute_ifd
 
     rows = [{"instruction": "Name a colour.", "input": "", "output": "Blue."},
             {"instruction": "Translate.", "input": "chat", "output": "cat"}]
@@ -305,7 +305,7 @@ def test_the_ifd_tab_gives_reverse_ifd_on_request(app, tiny_model_dir):
 
 
 def test_the_ifd_tab_passes_its_convention_to_the_scorer(app, tiny_model_dir):
-    from hf_adapters.ifd import compute_ifd
+    from hf_adapters.formulas.ifd import compute_ifd
 
     rows = [{"instruction": "Name a colour.", "input": "", "output": "Blue."},
             {"instruction": "Translate.", "input": "chat", "output": "cat"}]
@@ -351,9 +351,9 @@ def test_select_rows_follows_the_settings_the_file_was_scored_with(app, tiny_mod
 
 def test_the_ifeval_tab_generates_for_a_chosen_prompt_and_checks_each_instruction(app, tiny_model_dir):
     from hf_adapters.backends import TransformersBackend
+    from hf_adapters.backends.loading import load_model
     from hf_adapters.ifeval import compute_ifeval
     from hf_adapters.ifeval.prompts import prompt_token_ids, read_prompts
-    from hf_adapters.models import load_model
 
     table, summary, _, path = app.ifeval_generate_handler(1001, 0, 6, False, tiny_model_dir)
     [row] = [row for row in read_prompts() if row["key"] == 1001]
@@ -392,9 +392,9 @@ def test_an_ifeval_command_samples_file_opens_in_the_ifeval_tab(app, tiny_model_
 
 
 def test_diverse_selection_keeps_deitas_rows_and_draws_them(app, tiny_model_dir):
-    from hf_adapters.diversity import diverse_selection
-    from hf_adapters.embeddings import embed_texts
-    from hf_adapters.models import load_model
+    from hf_adapters.backends.loading import load_model
+    from hf_adapters.curation.diversity import diverse_selection
+    from hf_adapters.formulas.embeddings import embed_texts
 
     rows = [{"instruction": f"Question {i}?", "input": "", "output": f"Answer {i}.", "ifd": score}
             for i, score in enumerate([0.9, 0.8, 0.7, 0.6])]

@@ -11,11 +11,11 @@ import re
 
 import pytest
 
-from hf_adapters.ifd import compute_ifd
+from hf_adapters.backends.loading import DEFAULT_MODEL_ID, embedded_default_source
+from hf_adapters.formulas.ifd import compute_ifd
+from hf_adapters.formulas.information_parity import compute_information_parity
+from hf_adapters.formulas.perplexity import compute_perplexity
 from hf_adapters.ifeval import compute_ifeval
-from hf_adapters.information_parity import compute_information_parity
-from hf_adapters.models import DEFAULT_MODEL_ID, embedded_default_source
-from hf_adapters.perplexity import compute_perplexity
 from tests.spaces_fixtures import (  # noqa: F401  (fixtures)
     ARTIFACTS,
     app_fixture,

@@ -16,8 +16,8 @@ import pytest
 from scipy import stats
 
 from hf_adapters import cli
-from hf_adapters.score_files import OutputFormat, write_output
-from hf_adapters.score_stats import (
+from hf_adapters.curation.ranking import selection_indices
+from hf_adapters.curation.score_stats import (
     ScoreColumn,
     average_ranks,
     compare_scores,
@@ -27,7 +27,7 @@ from hf_adapters.score_stats import (
     spearman,
     summarize,
 )
-from hf_adapters.selection import selection_indices
+from hf_adapters.files.score_files import OutputFormat, write_output
 
 ROOT = Path(__file__).resolve().parents[1]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

@@ -9,9 +9,9 @@ import torch
 from datasets import Dataset
 
 from hf_adapters import add_ifd_column, add_perplexity_column
-from hf_adapters.ifd import compute_ifd
-from hf_adapters.likelihood import start_token_id
-from hf_adapters.perplexity import compute_perplexity
+from hf_adapters.core.likelihood import start_token_id
+from hf_adapters.formulas.ifd import compute_ifd
+from hf_adapters.formulas.perplexity import compute_perplexity
 from tests.conftest import assert_exact
 from tests.test_ifd import INPUTS, INSTRUCTIONS, OUTPUTS
 

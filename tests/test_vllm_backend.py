@@ -30,10 +30,10 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from hf_adapters import cli
 from hf_adapters.backends import TransformersBackend, VLLMBackend, backend_class
 from hf_adapters.backends.base import EntropyUnsupportedError
-from hf_adapters.columns import add_ifd_column
-from hf_adapters.ifd import compute_ifd
-from hf_adapters.information_parity import compute_information_parity
-from hf_adapters.perplexity import compute_perplexity
+from hf_adapters.columns.dataset_columns import add_ifd_column
+from hf_adapters.formulas.ifd import compute_ifd
+from hf_adapters.formulas.information_parity import compute_information_parity
+from hf_adapters.formulas.perplexity import compute_perplexity
 from hf_adapters.scorers import ConversationIFDScorer
 from tests.conftest import assert_exact, float64_copy, write_jsonl
 from tests.spaces_fixtures import load_app
@@ -354,7 +354,7 @@ def test_a_non_finite_prompt_logprob_is_nan_for_that_item_with_a_warning_naming_
     odd = ids[4]
     backend = VLLMBackend(StandInLLM(tokenizer, logprob=lambda token: value if token == odd else -0.5))
     items = [(ids[:3], ids[3:]), (ids[:4], ids[4:]), ([], ids[:3])]
-    with caplog.at_level(logging.WARNING, logger="hf_adapters.backends.vllm_model"):
+    with caplog.at_level(logging.WARNING, logger="hf_adapters.backends.vllm"):
         scores = backend.score_checked(items, token_losses=True)
     assert [score.num_tokens for score in scores] == [len(ids) - 3, len(ids) - 4, 3]
     assert math.isnan(scores[0].nll) and math.isnan(scores[1].nll)

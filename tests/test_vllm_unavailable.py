@@ -8,8 +8,8 @@ import pytest
 
 from hf_adapters import cli
 from hf_adapters.backends import backend_class
-from hf_adapters.backends.vllm_model import VLLMUnavailableError
-from hf_adapters.perplexity import compute_perplexity
+from hf_adapters.backends.vllm import VLLMUnavailableError
+from hf_adapters.formulas.perplexity import compute_perplexity
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
 

@@ -5,7 +5,7 @@ process; ``vllm`` (:class:`VLLMBackend`, where vLLM is installed) runs a vLLM en
 Another way of computing likelihoods is a subclass of :class:`LikelihoodBackend`: pass an
 instance as ``backend=`` to any entry point, or register the class under its ``name`` to make
 ``backend: NAME`` work in configs: with :func:`register_backend`, or from an installed package's
-entry point ``NAME = "module:Class"`` in the group ``hf_adapters.backends`` (:mod:`hf_adapters.plugins`).
+entry point ``NAME = "module:Class"`` in the group ``hf_adapters.backends`` (:mod:`hf_adapters.core.plugins`).
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ from typing import Any
 
 import torch
 
-from ..models import DEFAULT_MODEL_ID, resolve_dtype
-from ..options import DEFAULT_BATCH_SIZE, OptionSpec, check_batch_size
-from ..plugins import BACKEND_GROUP, entry_point_class, entry_point_names, refuse_builtin_name
-from .base import LikelihoodBackend
-from .transformers_model import TransformersBackend, score_continuations
-from .vllm_model import VLLMBackend
+from hf_adapters.backends.base import LikelihoodBackend
+from hf_adapters.backends.loading import DEFAULT_MODEL_ID, resolve_dtype
+from hf_adapters.backends.transformers.model import TransformersBackend, score_continuations
+from hf_adapters.backends.vllm import VLLMBackend
+from hf_adapters.core.options import DEFAULT_BATCH_SIZE, OptionSpec, check_batch_size
+from hf_adapters.core.plugins import BACKEND_GROUP, entry_point_class, entry_point_names, refuse_builtin_name
 
 #: Backend classes by the name a config's ``backend:`` key gives.
 BACKENDS: dict[str, type[LikelihoodBackend]] = {}
@@ -46,7 +46,7 @@ BUILTIN_BACKENDS.update(BACKENDS)
 def backend_class(name: str) -> type[LikelihoodBackend]:
     """The backend class called ``name``: a registered one, else the one an installed package declares
     under ``name`` in the entry point group ``hf_adapters.backends`` (imported now, and registered).
-    A ValueError lists the valid names; a :class:`~hf_adapters.plugins.PluginError` names an entry
+    A ValueError lists the valid names; a :class:`~hf_adapters.core.plugins.PluginError` names an entry
     point that cannot be loaded."""
     if name not in BACKENDS:
         cls = entry_point_class(BACKEND_GROUP, name, LikelihoodBackend)

@@ -15,7 +15,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ..likelihood import ContinuationScore, Item, start_token_id
+import torch
+
+from hf_adapters.core.likelihood import ContinuationScore, Item, start_token_id
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -93,7 +95,7 @@ class LikelihoodBackend(ABC):
     ) -> list[ContinuationScore]:
         """Score each (context ids, continuation ids) item; results in input order.
 
-        The rules are those of :func:`hf_adapters.likelihood.prepare_items`: an empty context is
+        The rules are those of :func:`hf_adapters.core.likelihood.prepare_items`: an empty context is
         the start token; with ``truncate`` a sequence is cut to ``max_length`` (capped at the
         position limit) keeping the context; with ``truncate=False`` nothing is cut. An item with
         nothing to score gets NaN. ``token_losses`` fills each score's ``token_nlls``; ``entropies``
@@ -262,3 +264,10 @@ def check_scores(backend: LikelihoodBackend, items: Sequence[Item], scores: Any,
             raise BackendContractError(f"The backend {label} broke the contract of `score` at item {index} of "
                                        f"{len(items)}: {problem}.")
     return list(scores)
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """True for CUDA's out-of-memory error and for the RuntimeErrors other backends raise for it."""
+    return isinstance(error, torch.cuda.OutOfMemoryError) or (
+        isinstance(error, RuntimeError) and "out of memory" in str(error)
+    )

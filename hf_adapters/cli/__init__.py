@@ -64,11 +64,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None, state: dict[str, Any], watch: _SigintWatch) -> int:
-    from ..openmp import wait_passively
+    from hf_adapters.backends.transformers.openmp import wait_passively
 
     wait_passively()  # before any command imports torch
-    from ..plugins import PluginError
-    from .arguments import import_plugins, progress_settings_kept
+    from hf_adapters.cli.arguments import import_plugins, progress_settings_kept
+    from hf_adapters.core.plugins import PluginError
 
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     parser = build_parser()

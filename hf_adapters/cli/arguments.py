@@ -10,9 +10,9 @@ import argparse
 import contextlib
 from collections.abc import Callable, Iterator
 
-from .. import plugins
-from ..options import DEFAULT_BATCH_SIZE, DEFAULT_MODEL_ID, DTYPES
-from ..plugins import BACKEND_GROUP, PLUGINS_VARIABLE, SCORER_GROUP
+from hf_adapters.core import plugins
+from hf_adapters.core.options import DEFAULT_BATCH_SIZE, DEFAULT_MODEL_ID, DTYPES
+from hf_adapters.core.plugins import BACKEND_GROUP, PLUGINS_VARIABLE, SCORER_GROUP
 
 
 def positive_int(text: str) -> int:

@@ -8,13 +8,13 @@ import dataclasses
 import json
 from typing import TYPE_CHECKING
 
-from ..json_values import json_safe, to_json_value
-from .arguments import positive_int
-from .summary_command import SCORES_HELP, failed
-from .tables import format_significant, format_table
+from hf_adapters.cli.arguments import positive_int
+from hf_adapters.cli.summary_command import SCORES_HELP, failed
+from hf_adapters.cli.tables import format_significant, format_table
+from hf_adapters.files.json_values import json_safe, to_json_value
 
 if TYPE_CHECKING:  # numpy and matplotlib are imported when the command runs: --help does without them
-    from ..score_stats import Comparison, ScoreColumn
+    from hf_adapters.curation.score_stats import Comparison, ScoreColumn
 
 
 def positive_ints(text: str) -> list[int]:
@@ -65,7 +65,7 @@ def as_json(a: ScoreColumn, b: ScoreColumn, comparison: Comparison) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..score_stats import compare_scores, read_score_column
+    from hf_adapters.curation.score_stats import compare_scores, read_score_column
 
     try:
         a, b = (read_score_column(source, args.column) for source in (args.a, args.b))
@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
         if not comparison.compared:
             raise ValueError(nothing_compared(a, b, comparison))
         if args.plot:
-            from ..score_plots import save, scatter_figure
+            from hf_adapters.curation.score_plots import save, scatter_figure
 
             save(scatter_figure(a, b, comparison, args.log), args.plot)
     except (ValueError, OSError) as error:

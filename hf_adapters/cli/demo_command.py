@@ -14,12 +14,12 @@ import time
 from importlib import resources
 from pathlib import Path
 
-from ..data_io import read_records
-from ..ifeval import demo_rows
-from ..json_values import json_safe
-from .arguments import add_model_arguments, add_progress_argument, hide_library_progress, one_line
-from .parity_command import format_table as parity_table
-from .tables import format_number, format_table
+from hf_adapters.cli.arguments import add_model_arguments, add_progress_argument, hide_library_progress, one_line
+from hf_adapters.cli.parity_command import format_table as parity_table
+from hf_adapters.cli.tables import format_number, format_table
+from hf_adapters.files.data_io import read_records
+from hf_adapters.files.json_values import json_safe
+from hf_adapters.ifeval import demo_rows
 
 
 def sample_rows() -> list[dict]:
@@ -36,7 +36,7 @@ def _write_jsonl(records: list[dict], path: Path) -> None:
 
 
 def _instruction_scores(rows: list[dict], backend, batch_size: int) -> list[dict]:
-    from ..scorers import IFDScorer, PPLScorer
+    from hf_adapters.scorers import IFDScorer, PPLScorer
 
     ppl = PPLScorer(backend=backend, batch_size=batch_size, progress=None).result_of_rows(rows)
     ifd = IFDScorer(backend=backend, batch_size=batch_size, progress=None).result_of_rows(rows)
@@ -61,10 +61,10 @@ def _instruction_scores(rows: list[dict], backend, batch_size: int) -> list[dict
 
 
 def _excess_loss(rows: list[dict], backend, reference_model: str | None, args: argparse.Namespace) -> None:
-    from ..backends import TransformersBackend
-    from ..excess_loss import ExcessLossOptions, score_excess_loss
-    from ..texts import ppl_text
-    from ..token_selection import kept_tokens
+    from hf_adapters.backends import TransformersBackend
+    from hf_adapters.core.texts import ppl_text
+    from hf_adapters.formulas.excess_loss import ExcessLossOptions, score_excess_loss
+    from hf_adapters.formulas.token_selection import kept_tokens
 
     if reference_model is None:
         reference = TransformersBackend.from_pretrained(args.model, dtype="bfloat16", device=args.device)
@@ -86,7 +86,7 @@ def _excess_loss(rows: list[dict], backend, reference_model: str | None, args: a
 
 
 def _information_parity(backend, batch_size: int) -> None:
-    from ..parallel_corpus import evaluate_parallel, parallel_sample_rows
+    from hf_adapters.formulas.parallel_corpus import evaluate_parallel, parallel_sample_rows
 
     result = evaluate_parallel(parallel_sample_rows(), "eng_Latn", backend=backend, batch_size=batch_size)
     print("\nInformation Parity of the bundled parallel sentences against English:")
@@ -94,7 +94,7 @@ def _information_parity(backend, batch_size: int) -> None:
 
 
 def _ifeval() -> None:
-    from ..scorers import IFEvalScorer
+    from hf_adapters.scorers import IFEvalScorer
 
     print("\nIFEval on a few hand-written responses:")
     rows = demo_rows()
@@ -109,8 +109,8 @@ def _ifeval() -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..backends import TransformersBackend
-    from ..models import ModelLoadError
+    from hf_adapters.backends import TransformersBackend
+    from hf_adapters.backends.loading import ModelLoadError
 
     start = time.perf_counter()
     if not args.progress:

@@ -8,16 +8,22 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..data_io import LOADERS
-from ..wording import plural
-from .arguments import add_model_arguments, add_progress_argument, hide_library_progress, one_line, positive_int
+from hf_adapters.cli.arguments import (
+    add_model_arguments,
+    add_progress_argument,
+    hide_library_progress,
+    one_line,
+    positive_int,
+)
+from hf_adapters.core.wording import plural
+from hf_adapters.files.data_io import LOADERS
 
 #: Rows embedded, and written to the file, at a time: the vectors of a large job never all sit in memory.
 CHUNK_ROWS = 4096
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..models import ModelLoadError
+    from hf_adapters.backends.loading import ModelLoadError
 
     if not args.progress:
         hide_library_progress()
@@ -40,11 +46,17 @@ def embed(args: argparse.Namespace) -> int:
     rename it onto ``OUTPUT`` beside its record (``OUTPUT.json``, marked complete last)."""
     import json
 
-    from ..backends import resolve_backend
-    from ..data_io import read_rows
-    from ..embeddings import RECORD_FORMAT, embedded_columns, read_columns, record_path, rows_fingerprint
-    from ..json_values import to_json_value, write_atomically
-    from ..output_paths import check_output_path
+    from hf_adapters.backends import resolve_backend
+    from hf_adapters.files.data_io import read_rows
+    from hf_adapters.files.json_values import to_json_value, write_atomically
+    from hf_adapters.files.output_paths import check_output_path
+    from hf_adapters.formulas.embeddings import (
+        RECORD_FORMAT,
+        embedded_columns,
+        read_columns,
+        record_path,
+        rows_fingerprint,
+    )
 
     output = Path(args.output)
     temporary, record = output.with_name(output.name + ".tmp"), record_path(output)
@@ -92,7 +104,7 @@ def write_vectors(args: argparse.Namespace, dataset: Any, backend: Any, columns:
     and the rows whose vectors are not finite."""
     import numpy as np
 
-    from ..embeddings import embed_texts, row_texts
+    from hf_adapters.formulas.embeddings import embed_texts, row_texts
 
     output, non_finite = None, []
     for start in range(0, len(dataset), CHUNK_ROWS):

@@ -13,11 +13,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..ifeval.end_to_end import DEFAULT_MAX_NEW_TOKENS
-from ..ifeval.lm_eval_logs import LOG_FORMATS
-from ..options import DEFAULT_GENERATION_BATCH_SIZE, DEFAULT_MODEL_ID, DTYPES
-from ..wording import plural
-from .arguments import add_progress_argument, hide_library_progress, one_line, positive_int
+from hf_adapters.cli.arguments import add_progress_argument, hide_library_progress, one_line, positive_int
+from hf_adapters.core.options import DEFAULT_GENERATION_BATCH_SIZE, DEFAULT_MODEL_ID, DTYPES
+from hf_adapters.core.wording import plural
+from hf_adapters.ifeval.end_to_end import DEFAULT_MAX_NEW_TOKENS
+from hf_adapters.ifeval.lm_eval_logs import LOG_FORMATS
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -61,13 +61,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..backends import backend_class
-    from ..ifeval.end_to_end import results_table, run_ifeval, run_manifest, run_settings
-    from ..ifeval.lm_eval_logs import LmEvalRun
-    from ..ifeval.prompts import prompts_source, read_prompts
-    from ..ifeval.registry import IFEvalInputError
-    from ..ifeval.run_folder import check_folder
-    from ..models import ModelLoadError
+    from hf_adapters.backends import backend_class
+    from hf_adapters.backends.loading import ModelLoadError
+    from hf_adapters.ifeval.end_to_end import results_table, run_ifeval, run_manifest, run_settings
+    from hf_adapters.ifeval.lm_eval_logs import LmEvalRun
+    from hf_adapters.ifeval.prompts import prompts_source, read_prompts
+    from hf_adapters.ifeval.registry import IFEvalInputError
+    from hf_adapters.ifeval.run_folder import check_folder
 
     if not args.progress:
         hide_library_progress()
@@ -104,8 +104,8 @@ def run(args: argparse.Namespace) -> int:
 
 def interrupted_message(args: argparse.Namespace) -> str:
     """What a Ctrl-C leaves in the run folder, in one line (the command line prints it, and exits 130)."""
-    from ..ifeval.prompts import read_prompts
-    from ..ifeval.run_folder import SAMPLES, saved_keys
+    from hf_adapters.ifeval.prompts import read_prompts
+    from hf_adapters.ifeval.run_folder import SAMPLES, saved_keys
 
     keys = {row["key"] for row in read_prompts(args.data)[: args.limit]}
     saved = len(saved_keys(args.output) & keys)

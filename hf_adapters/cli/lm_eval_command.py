@@ -40,10 +40,10 @@ def run(args: argparse.Namespace) -> int:
     from lm_eval._cli import HarnessCLI
     from lm_eval.utils import setup_logging
 
-    from ..integrations import lm_eval_harness  # noqa: F401  (registers the model `hf-adapters`)
-    from ..integrations.lm_eval_harness.errors import LMEvalUsageError
-    from ..integrations.lm_eval_harness.tasks import TASKS_DIR
-    from ..models import ModelLoadError
+    from hf_adapters.backends.loading import ModelLoadError
+    from hf_adapters.integrations import lm_eval_harness  # noqa: F401  (registers the model `hf-adapters`)
+    from hf_adapters.integrations.lm_eval_harness.errors import LMEvalUsageError
+    from hf_adapters.integrations.lm_eval_harness.tasks import TASKS_DIR
 
     arguments = list(args.arguments)
     named = {argument.split("=")[0] for argument in arguments}
@@ -82,7 +82,7 @@ def _one_value_each(namespace: argparse.Namespace) -> None:
     from lm_eval.config.evaluate_config import EvaluatorConfig
     from lm_eval.utils import simple_parse_args_string
 
-    from ..integrations.lm_eval_harness.model import LM_EVAL_SETTINGS, one_value_each
+    from hf_adapters.integrations.lm_eval_harness.model import LM_EVAL_SETTINGS, one_value_each
 
     if getattr(namespace, "command", None) != "run":
         return

@@ -10,9 +10,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..json_values import json_safe
-from .arguments import add_model_arguments, add_progress_argument, hide_library_progress, one_line, positive_int
-from .tables import format_table as text_table
+from hf_adapters.cli.arguments import (
+    add_model_arguments,
+    add_progress_argument,
+    hide_library_progress,
+    one_line,
+    positive_int,
+)
+from hf_adapters.cli.tables import format_table as text_table
+from hf_adapters.files.json_values import json_safe
 
 #: Per-language statistics, in table order, with the table's column headers.
 STAT_COLUMNS = {
@@ -67,9 +73,9 @@ def plot_parity(result: Mapping[str, Any], path: str | Path) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..data_io import read_records
-    from ..models import ModelLoadError
-    from ..parallel_corpus import evaluate_parallel, hub_rows
+    from hf_adapters.backends.loading import ModelLoadError
+    from hf_adapters.files.data_io import read_records
+    from hf_adapters.formulas.parallel_corpus import evaluate_parallel, hub_rows
 
     if not args.progress:
         hide_library_progress()

@@ -7,10 +7,16 @@ import math
 import sys
 from pathlib import Path
 
-from ..options import DEFAULT_MAX_LENGTH
-from ..wording import plural
-from .arguments import add_model_arguments, add_progress_argument, hide_library_progress, one_line, positive_int
-from .tables import format_table
+from hf_adapters.cli.arguments import (
+    add_model_arguments,
+    add_progress_argument,
+    hide_library_progress,
+    one_line,
+    positive_int,
+)
+from hf_adapters.cli.tables import format_table
+from hf_adapters.core.options import DEFAULT_MAX_LENGTH
+from hf_adapters.core.wording import plural
 
 
 def read_documents(paths: list[str]) -> list[str]:
@@ -30,8 +36,8 @@ def read_documents(paths: list[str]) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..models import ModelLoadError
-    from ..scorers import PerplexityScorer
+    from hf_adapters.backends.loading import ModelLoadError
+    from hf_adapters.scorers import PerplexityScorer
 
     if not args.progress:
         hide_library_progress()

@@ -2,8 +2,8 @@
 
 The default engine, ``local``, is our own chunk runner: it runs in this process, or in each process
 of ``accelerate launch`` (one shard per process), and resumes where a killed run stopped; see
-``hf_adapters.jobs``. With ``--engine ray`` a pool of Ray actors scores the rows instead, on a
-cluster or on this machine (not resumable); see ``hf_adapters.ray_jobs``. Ctrl-C stops either with
+``hf_adapters.engines.local``. With ``--engine ray`` a pool of Ray actors scores the rows instead, on a
+cluster or on this machine (not resumable); see ``hf_adapters.engines.ray``. Ctrl-C stops either with
 one line saying what is saved, and exit status 130.
 """
 
@@ -14,15 +14,15 @@ import dataclasses
 import sys
 from typing import Any
 
-from ..data_io import LOADERS
-from ..score_files import OUTPUT_FORMATS, OutputFormat
-from .arguments import (
+from hf_adapters.cli.arguments import (
     add_model_arguments,
     add_progress_argument,
     hide_library_progress,
     non_negative_float,
     positive_int,
 )
+from hf_adapters.files.data_io import LOADERS
+from hf_adapters.files.score_files import OUTPUT_FORMATS, OutputFormat
 
 #: The engines that run a scoring job: our own chunk runner (one process, or one per process of
 #: ``accelerate launch``), or a pool of Ray actors.
@@ -129,7 +129,7 @@ def check_engine_options(args: argparse.Namespace, num_processes: int) -> None:
 def run(args: argparse.Namespace) -> int:
     from accelerate import PartialState
 
-    from ..models import ModelLoadError
+    from hf_adapters.backends.loading import ModelLoadError
 
     if not args.progress:
         hide_library_progress()
@@ -147,10 +147,10 @@ def run(args: argparse.Namespace) -> int:
 
 def run_job(args: argparse.Namespace, state: Any) -> int:
     """Check the options, config and output, then score with the engine ``args`` names; prints the summary."""
-    from ..data_io import data_fingerprint, read_rows
-    from ..jobs import run_scoring_job, work_files
-    from ..output_paths import check_output_path
-    from ..scorers import load_config
+    from hf_adapters.engines.local import run_scoring_job, work_files
+    from hf_adapters.files.data_io import data_fingerprint, read_rows
+    from hf_adapters.files.output_paths import check_output_path
+    from hf_adapters.scorers import load_config
 
     check_engine_options(args, state.num_processes)
     config, score_columns = job_settings(load_config(args.config), args, args.config)
@@ -209,8 +209,8 @@ def job_settings(config: dict[str, Any], args: argparse.Namespace,
 
 def job_scorer(config: dict[str, Any], device: str | None) -> Any:
     """The scorer of ``config``, on ``device`` (only a scorer that runs a model takes one)."""
-    from ..scorers import ModelRowScorer, build_scorer
-    from ..scorers.base import scorer_class
+    from hf_adapters.scorers import ModelRowScorer, build_scorer
+    from hf_adapters.scorers.base import scorer_class
 
     if device is not None and not issubclass(scorer_class(config), ModelRowScorer):
         raise ValueError(f"--device: {config['name']} runs no model.")
@@ -222,7 +222,7 @@ def expected_rows(data: str, split: str | None) -> int | None:
     source's row counts (its shards' metadata), the length of a ``save_to_disk`` folder's data set;
     None for others (JSON and CSV would be read a second time to count them, a hub data set has no
     count offline)."""
-    from ..data_io import data_files, is_saved_dataset
+    from hf_adapters.files.data_io import data_files, is_saved_dataset
 
     if is_saved_dataset(data):
         from datasets import DatasetDict, load_from_disk
@@ -241,7 +241,7 @@ def expected_rows(data: str, split: str | None) -> int | None:
 
 def interrupted_message(args: argparse.Namespace) -> str:
     """What a Ctrl-C leaves behind, in one line: the rows saved and how to go on."""
-    from ..jobs import saved_rows, work_dir_for
+    from hf_adapters.engines.local import saved_rows, work_dir_for
 
     if args.engine == "ray":
         return "Interrupted: nothing was saved (the Ray engine does not resume); the same command starts again."
@@ -255,7 +255,7 @@ def interrupted_message(args: argparse.Namespace) -> str:
 
 def with_stored_types(output: OutputFormat, data: str) -> OutputFormat:
     """``output``, told the types a Parquet source stores where it writes the rows' columns in Parquet."""
-    from ..data_io import stored_types
+    from hf_adapters.files.data_io import stored_types
 
     if not (output.keep_columns and output.kind == "parquet"):
         return output
@@ -264,8 +264,8 @@ def with_stored_types(output: OutputFormat, data: str) -> OutputFormat:
 
 def run_on_ray(args: argparse.Namespace, config: dict, output: OutputFormat) -> int:
     """The job on Ray (the config and output already checked); prints the summary."""
-    from ..data_io import data_fingerprint, read_rows
-    from ..ray_jobs import RayJobError, run_ray_scoring_job
+    from hf_adapters.engines.ray import RayJobError, run_ray_scoring_job
+    from hf_adapters.files.data_io import data_fingerprint, read_rows
 
     dataset = read_rows(args.data, split=args.split)
     try:

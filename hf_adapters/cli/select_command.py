@@ -7,13 +7,13 @@ import json
 import sys
 from typing import Any
 
-from ..conventions import SELECTION_CONVENTIONS, describe
-from ..data_io import LOADERS, read_records, read_rows, row_ids, written_id
-from ..json_values import json_safe, to_json_value
-from ..output_paths import check_output_path
-from ..selection import check_scores, selection_indices
-from ..wording import noun_for, plural
-from .arguments import hide_library_progress, positive_int
+from hf_adapters.cli.arguments import hide_library_progress, positive_int
+from hf_adapters.core.conventions import SELECTION_CONVENTIONS, describe
+from hf_adapters.core.wording import noun_for, plural
+from hf_adapters.curation.ranking import check_scores, selection_indices
+from hf_adapters.files.data_io import LOADERS, read_records, read_rows, row_ids, written_id
+from hf_adapters.files.json_values import json_safe, to_json_value
+from hf_adapters.files.output_paths import check_output_path
 
 
 def fraction(text: str) -> float:
@@ -50,8 +50,8 @@ def diverse_rows(args: argparse.Namespace, dataset: Any, scores: list[float],
                  options: dict) -> tuple[list[int], dict[str, int]]:
     """The rows ``--diversity`` keeps, on the embeddings of ``--embeddings`` (memory-mapped, and
     checked against its record of the rows it was embedded for)."""
-    from ..diversity import diverse_selection
-    from ..embeddings import load_embeddings
+    from hf_adapters.curation.diversity import diverse_selection
+    from hf_adapters.formulas.embeddings import load_embeddings
 
     if not args.embeddings:
         raise ValueError("--diversity needs --embeddings: the .npy file `hf-adapters embed` wrote for the data.")

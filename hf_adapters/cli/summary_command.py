@@ -9,12 +9,12 @@ import json
 import sys
 from typing import TYPE_CHECKING
 
-from ..json_values import json_safe, to_json_value
-from .arguments import positive_int
-from .tables import format_histogram, format_significant
+from hf_adapters.cli.arguments import positive_int
+from hf_adapters.cli.tables import format_histogram, format_significant
+from hf_adapters.files.json_values import json_safe, to_json_value
 
 if TYPE_CHECKING:  # numpy and matplotlib are imported when the command runs: --help does without them
-    from ..score_stats import Histogram, ScoreColumn, Summary
+    from hf_adapters.curation.score_stats import Histogram, ScoreColumn, Summary
 
 #: What SCORES may be, in every command that reads score files.
 SCORES_HELP = ("a score file of `hf-adapters score` (JSONL, or a folder of Parquet shards), or any JSONL, JSON, "
@@ -56,14 +56,14 @@ def as_json(scores: ScoreColumn, summary: Summary, bins: Histogram) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..score_stats import histogram, read_score_column, summarize
+    from hf_adapters.curation.score_stats import histogram, read_score_column, summarize
 
     try:
         scores = read_score_column(args.scores, args.column)
         summary = summarize(scores.values)
         bins = histogram(scores.values, args.bins, args.log)
         if args.plot:
-            from ..score_plots import histogram_figure, save
+            from hf_adapters.curation.score_plots import histogram_figure, save
 
             save(histogram_figure(scores, summary, bins, args.log), args.plot)
     except (ValueError, OSError) as error:

@@ -1,8 +1,16 @@
 """IFEval: the 25 instruction checks, strict and loose scoring, and their aggregates."""
 
-from .evaluation import RowResult, aggregate, compute_ifeval, ifeval_row_score, loose_variants, score_row, score_rows
-from .examples import demo_rows
-from .registry import INSTRUCTIONS, IFEvalInputError, build_check, build_checks
+from hf_adapters.ifeval.evaluation import (
+    RowResult,
+    aggregate,
+    compute_ifeval,
+    ifeval_row_score,
+    loose_variants,
+    score_row,
+    score_rows,
+)
+from hf_adapters.ifeval.examples import demo_rows
+from hf_adapters.ifeval.registry import INSTRUCTIONS, IFEvalInputError, build_check, build_checks
 
 __all__ = [
     "INSTRUCTIONS",

@@ -12,8 +12,8 @@ import json
 import re
 from collections.abc import Sequence
 
-from .language import detect_language
-from .text import count_sentences, count_words, word_tokenize
+from hf_adapters.ifeval.language import detect_language
+from hf_adapters.ifeval.text import count_sentences, count_words, word_tokenize
 
 LESS_THAN = "less than"
 AT_LEAST = "at least"

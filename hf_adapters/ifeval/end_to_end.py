@@ -24,14 +24,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..wording import plural
-from . import lm_eval_logs, run_folder
-from .evaluation import aggregate, score_rows
-from .prompts import prompt_token_ids
-from .responses import decode_response, response_fields
+from hf_adapters.core.wording import plural
+from hf_adapters.ifeval import lm_eval_logs, run_folder
+from hf_adapters.ifeval.evaluation import aggregate, score_rows
+from hf_adapters.ifeval.prompts import prompt_token_ids
+from hf_adapters.ifeval.responses import decode_response, response_fields
 
 if TYPE_CHECKING:
-    from ..backends import LikelihoodBackend
+    from hf_adapters.backends import LikelihoodBackend
 
 #: lm-eval's ``ifeval`` task: greedy, ``max_gen_toks: 1280``, task version 4.0.
 DEFAULT_MAX_NEW_TOKENS = 1280

@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .registry import IFEvalInputError, row_checks, where
+from hf_adapters.ifeval.registry import IFEvalInputError, row_checks, where
 
 
 @dataclass(frozen=True)

@@ -54,9 +54,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..json_values import write_atomically
-from .evaluation import score_rows
-from .prompts import PACKAGED_NAME, render_prompt
+from hf_adapters.files.json_values import write_atomically
+from hf_adapters.ifeval.evaluation import score_rows
+from hf_adapters.ifeval.prompts import PACKAGED_NAME, render_prompt
 
 #: ``--log-format``: this package's ``results.json``, lm-eval's two files, or both.
 LOG_FORMATS = ("hf-adapters", "lm-eval", "both")
@@ -76,7 +76,7 @@ TARGET = "0"
 #: The key of lm-eval's results file that holds what only this package says; it also marks the
 #: files this package wrote (:func:`remove_logs` removes no other).
 OWN_KEY = "hf_adapters"
-#: The ChatML layout of :data:`hf_adapters.conversations.CHATML_TURN` as a Jinja chat template: the
+#: The ChatML layout of :data:`hf_adapters.core.conversations.CHATML_TURN` as a Jinja chat template: the
 #: ``chat_template`` recorded for a tokenizer without one.
 CHATML_TEMPLATE = (
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + "

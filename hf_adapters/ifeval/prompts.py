@@ -16,8 +16,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ..data_io import read_records
-from .registry import IFEvalInputError, row_checks, where
+from hf_adapters.files.data_io import read_records
+from hf_adapters.ifeval.registry import IFEvalInputError, row_checks, where
 
 #: The packaged prompts, in ``hf_adapters/data`` (source and license: ``data/IFEVAL_SOURCE.md``).
 PACKAGED_PROMPTS = "ifeval_input_data.jsonl"
@@ -76,7 +76,7 @@ def read_prompts(path: str | Path | None = None) -> list[dict[str, Any]]:
 def render_prompt(tokenizer, prompt: str) -> str:
     """The prompt as one user turn followed by the start of the assistant's: the tokenizer's chat
     template with a generation prompt, or ChatML for a tokenizer without one."""
-    from ..conversations import history_prompt
+    from hf_adapters.core.conversations import history_prompt
 
     return history_prompt(tokenizer, [{"role": "user", "content": prompt}])
 

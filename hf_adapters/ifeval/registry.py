@@ -8,8 +8,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from . import checkers
-from .checkers import RELATIONS
+from hf_adapters.ifeval import checkers
+from hf_adapters.ifeval.checkers import RELATIONS
 
 
 class IFEvalInputError(ValueError):

@@ -24,9 +24,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..json_values import TORN, json_lines, json_safe, truncate_file, write_atomically
-from .lm_eval_logs import remove_logs
-from .prompts import is_prompt_key
+from hf_adapters.files.json_values import TORN, json_lines, json_safe, truncate_file, write_atomically
+from hf_adapters.ifeval.lm_eval_logs import remove_logs
+from hf_adapters.ifeval.prompts import is_prompt_key
 
 logger = logging.getLogger(__name__)
 
@@ -92,7 +92,7 @@ def _changes(old: Any, new: Any, name: str = "") -> list[str]:
 
 
 def _is_file_list(value: Any) -> bool:
-    """Whether ``value`` is the list of a local model's files (:func:`hf_adapters.models.model_identity`)."""
+    """Whether ``value`` is the list of a local model's files (:func:`hf_adapters.backends.loading.model_identity`)."""
     return isinstance(value, list) and all(isinstance(item, dict) and "name" in item for item in value)
 
 

@@ -6,7 +6,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .registry import IFEvalInputError, row_checks, where
+from hf_adapters.ifeval.registry import IFEvalInputError, row_checks, where
 
 
 def _plain(value: Any) -> Any:

@@ -1,6 +1,6 @@
 """One scorer per metric, named by the seed YAML configs (``name: PPLScorer`` ...), and their registry."""
 
-from .base import (
+from hf_adapters.scorers.base import (
     BUILTIN_SCORERS,
     SCORERS,
     ConfigError,
@@ -10,13 +10,13 @@ from .base import (
     load_config,
     register_scorer,
 )
-from .conversation_scorers import ConversationIFDScorer, ConversationPerplexityScorer
-from .entropy_scorers import HESScorer, NormLossScorer, UPDScorer
-from .excess_loss_scorer import ConversationExcessLossScorer, ExcessLossScorer, TextExcessLossScorer
-from .ifd_scorer import IFDScorer
-from .ifeval_scorer import IFEvalScorer
-from .parity_scorer import InformationParityScorer
-from .perplexity_scorers import PerplexityScorer, PPLScorer
+from hf_adapters.scorers.conversation_scorers import ConversationIFDScorer, ConversationPerplexityScorer
+from hf_adapters.scorers.entropy_scorers import HESScorer, NormLossScorer, UPDScorer
+from hf_adapters.scorers.excess_loss_scorer import ConversationExcessLossScorer, ExcessLossScorer, TextExcessLossScorer
+from hf_adapters.scorers.ifd_scorer import IFDScorer
+from hf_adapters.scorers.ifeval_scorer import IFEvalScorer
+from hf_adapters.scorers.parity_scorer import InformationParityScorer
+from hf_adapters.scorers.perplexity_scorers import PerplexityScorer, PPLScorer
 
 BUILTIN_SCORERS.update(SCORERS)
 

@@ -15,10 +15,10 @@ from typing import Any, ClassVar
 import torch
 import yaml
 
-from .. import models
-from ..backends import BackendOptions, LikelihoodBackend, TransformersBackend
-from ..options import DEFAULT_BATCH_SIZE, OptionSpec, partition_options
-from ..plugins import SCORER_GROUP, entry_point_class, entry_point_names, refuse_builtin_name
+from hf_adapters.backends import BackendOptions, LikelihoodBackend, TransformersBackend
+from hf_adapters.backends import loading as models
+from hf_adapters.core.options import DEFAULT_BATCH_SIZE, OptionSpec, partition_options
+from hf_adapters.core.plugins import SCORER_GROUP, entry_point_class, entry_point_names, refuse_builtin_name
 
 SCORERS: dict[str, type[RowScorer]] = {}
 #: The package's own scorers, whose names no other class may take (:func:`register_scorer`); filled
@@ -315,7 +315,7 @@ class ModelRowScorer(RowScorer):
 
     def model_identity(self) -> dict[str, Any] | None:
         """What scores: the model's files (sizes, times, first and last MiB) or hub commit, with the
-        effective dtype and device type (see :func:`hf_adapters.models.model_identity`), or a
+        effective dtype and device type (see :func:`hf_adapters.backends.loading.model_identity`), or a
         backend's own identity; None for a model object. Nothing is loaded."""
         return self.run.identity()
 

@@ -8,11 +8,11 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
-from ..conversations import ConversationError, check_messages, checked_or_none, spread
-from ..ifd import IFDOptions, labels_or_numbers, score_conversation_ifd
-from ..perplexity import PerplexityOptions, score_conversation_perplexity
-from .base import ModelRowScorer, register_scorer, row_name
-from .perplexity_scorers import add_entropy_output
+from hf_adapters.core.conversations import ConversationError, check_messages, checked_or_none, spread
+from hf_adapters.formulas.ifd import IFDOptions, labels_or_numbers, score_conversation_ifd
+from hf_adapters.formulas.perplexity import PerplexityOptions, score_conversation_perplexity
+from hf_adapters.scorers.base import ModelRowScorer, register_scorer, row_name
+from hf_adapters.scorers.perplexity_scorers import add_entropy_output
 
 
 class ConversationScorer(ModelRowScorer):
@@ -68,7 +68,7 @@ class ConversationIFDScorer(ConversationScorer):
     all``: per turn, and over all assistant tokens of the conversation), each turn after its
     history rendered by the tokenizer's chat template (``turn_template``: a turn layout with
     ``{role}`` and ``{content}``; ChatML when the tokenizer has no chat template). Its keys are
-    those of :class:`~hf_adapters.ifd.IFDOptions` for conversations; a config ``name: IFDScorer``
+    those of :class:`~hf_adapters.formulas.ifd.IFDOptions` for conversations; a config ``name: IFDScorer``
     with a ``turns`` key builds this scorer (see :func:`~hf_adapters.scorers.build_scorer`).
     """
 
@@ -89,7 +89,7 @@ class ConversationIFDScorer(ConversationScorer):
 class ConversationPerplexityScorer(ConversationScorer):
     """Perplexity of each conversation's assistant tokens, every turn after its history: what a
     supervised fine-tuning loss sees. Its keys are those of
-    :class:`~hf_adapters.perplexity.PerplexityOptions` for conversations."""
+    :class:`~hf_adapters.formulas.perplexity.PerplexityOptions` for conversations."""
 
     name = "ConversationPerplexityScorer"
     option_spec = PerplexityOptions

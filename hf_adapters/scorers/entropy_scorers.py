@@ -1,13 +1,20 @@
 """OpenDataArena's entropy- and loss-based scorers by their names: ``UPDScorer``, ``HESScorer`` and
-``NormLossScorer`` (:mod:`hf_adapters.entropy_scores`), on instruction rows."""
+``NormLossScorer`` (:mod:`hf_adapters.formulas.entropy_scores`), on instruction rows."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
-from ..entropy_scores import HESOptions, NormLossOptions, UPDOptions, score_hes, score_norm_loss, score_upd
-from .base import ModelRowScorer, register_scorer
+from hf_adapters.formulas.entropy_scores import (
+    HESOptions,
+    NormLossOptions,
+    UPDOptions,
+    score_hes,
+    score_norm_loss,
+    score_upd,
+)
+from hf_adapters.scorers.base import ModelRowScorer, register_scorer
 
 
 class InstructionRowScorer(ModelRowScorer):
@@ -30,7 +37,7 @@ class InstructionRowScorer(ModelRowScorer):
 @register_scorer
 class UPDScorer(InstructionRowScorer):
     """UPD of each row's answer, as OpenDataArena's ``UPDScorer`` computes it
-    (:func:`~hf_adapters.entropy_scores.score_upd`). Config keys: ``model``, ``max_length``, ``batch_size``."""
+    (:func:`~hf_adapters.formulas.entropy_scores.score_upd`). Config keys: ``model``, ``max_length``, ``batch_size``."""
 
     name = "UPDScorer"
     option_spec = UPDOptions
@@ -42,7 +49,7 @@ class UPDScorer(InstructionRowScorer):
 @register_scorer
 class HESScorer(InstructionRowScorer):
     """High-Entropy Sum of each row's answer, in bits, as OpenDataArena's ``HESScorer`` computes it
-    (:func:`~hf_adapters.entropy_scores.score_hes`). Config keys: ``model``, ``percentile_cutoff``,
+    (:func:`~hf_adapters.formulas.entropy_scores.score_hes`). Config keys: ``model``, ``percentile_cutoff``,
     ``max_length``, ``batch_size``."""
 
     name = "HESScorer"
@@ -57,7 +64,7 @@ class HESScorer(InstructionRowScorer):
 @register_scorer
 class NormLossScorer(InstructionRowScorer):
     """Mean NLL in bits of each row's joined text, as OpenDataArena's ``NormLossScorer`` computes it
-    (:func:`~hf_adapters.entropy_scores.score_norm_loss`). That code reads the input from a field
+    (:func:`~hf_adapters.formulas.entropy_scores.score_norm_loss`). That code reads the input from a field
     ``input_text``, so ``input_column`` defaults to ``input_text`` here too (``input_column: input`` to
     include Alpaca inputs)."""
 

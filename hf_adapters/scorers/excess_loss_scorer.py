@@ -7,11 +7,16 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..backends import LikelihoodBackend
-from ..excess_loss import TOKEN_KEYS, ExcessLossSpec, score_conversation_excess_loss, score_excess_loss
-from ..texts import ppl_text
-from .base import ModelRowScorer, register_scorer
-from .conversation_scorers import ConversationScorer
+from hf_adapters.backends import LikelihoodBackend
+from hf_adapters.core.texts import ppl_text
+from hf_adapters.formulas.excess_loss import (
+    TOKEN_KEYS,
+    ExcessLossSpec,
+    score_conversation_excess_loss,
+    score_excess_loss,
+)
+from hf_adapters.scorers.base import ModelRowScorer, register_scorer
+from hf_adapters.scorers.conversation_scorers import ConversationScorer
 
 
 class ReferenceModelScorer(ModelRowScorer):
@@ -44,7 +49,7 @@ class ReferenceModelScorer(ModelRowScorer):
 @register_scorer
 class TextExcessLossScorer(ReferenceModelScorer):
     """Excess loss of each text against the reference model: the mean over its tokens of
-    ``L_model - L_ref`` in nats (:func:`hf_adapters.excess_loss.compute_excess_loss`), with its sum
+    ``L_model - L_ref`` in nats (:func:`hf_adapters.formulas.excess_loss.compute_excess_loss`), with its sum
     and both models' mean NLLs. Example config::
 
         name: TextExcessLossScorer

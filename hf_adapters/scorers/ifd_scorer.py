@@ -5,18 +5,18 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..ifd import IFDOptions, score_ifd
-from .base import ModelRowScorer, register_scorer
+from hf_adapters.formulas.ifd import IFDOptions, score_ifd
+from hf_adapters.scorers.base import ModelRowScorer, register_scorer
 
 
 @register_scorer
 class IFDScorer(ModelRowScorer):
     """Instruction-Following Difficulty, PPL(A|Q) / PPL(A) (``mode: loss_ratio``: the ratio of mean
     NLLs), with both perplexities, as the ``ifd`` metric computes them; its keys are those of
-    :class:`~hf_adapters.ifd.IFDOptions` for instruction rows.
+    :class:`~hf_adapters.formulas.ifd.IFDOptions` for instruction rows.
 
     ``convention: cherry``, ``superfiltering`` or ``opendataarena`` reproduces that peer's numbers
-    (see :mod:`hf_adapters.conventions`); ``template``, ``template_no_input`` and ``mode`` then
+    (see :mod:`hf_adapters.core.conventions`); ``template``, ``template_no_input`` and ``mode`` then
     default to the peer's. The seed's config with ``convention: opendataarena`` gives what it gave
     in OpenDataArena-Tool.
     """

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..ifeval.evaluation import score_row
-from ..ifeval.registry import build_checks
-from .base import RowScorer, register_scorer
+from hf_adapters.ifeval.evaluation import score_row
+from hf_adapters.ifeval.registry import build_checks
+from hf_adapters.scorers.base import RowScorer, register_scorer
 
 
 @register_scorer

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..information_parity import InformationParityOptions, check_pairs, score_information_parity
-from .base import ModelRowScorer, register_scorer
+from hf_adapters.formulas.information_parity import InformationParityOptions, check_pairs, score_information_parity
+from hf_adapters.scorers.base import ModelRowScorer, register_scorer
 
 
 @register_scorer

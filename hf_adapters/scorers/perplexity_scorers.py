@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..options import DEFAULT_MAX_LENGTH
-from ..perplexity import PerplexityOptions, score_perplexity
-from ..texts import ppl_text
-from .base import ModelRowScorer, register_scorer
+from hf_adapters.core.options import DEFAULT_MAX_LENGTH
+from hf_adapters.core.texts import ppl_text
+from hf_adapters.formulas.perplexity import PerplexityOptions, score_perplexity
+from hf_adapters.scorers.base import ModelRowScorer, register_scorer
 
 
 def add_entropy_output(scorer: ModelRowScorer) -> None:
@@ -22,10 +22,10 @@ def add_entropy_output(scorer: ModelRowScorer) -> None:
 @register_scorer
 class PerplexityScorer(ModelRowScorer):
     """Perplexity of each text (lower: more predictable), as the ``perplexity`` metric computes it;
-    its keys are those of :class:`~hf_adapters.perplexity.PerplexityOptions` for texts.
+    its keys are those of :class:`~hf_adapters.formulas.perplexity.PerplexityOptions` for texts.
 
     With ``stride`` every token of a long text is scored, in rolling windows of at most
-    ``max_length`` tokens (see :func:`hf_adapters.perplexity.compute_perplexity`).
+    ``max_length`` tokens (see :func:`hf_adapters.formulas.perplexity.compute_perplexity`).
 
     Example config::
 
@@ -67,7 +67,7 @@ class PPLScorer(PerplexityScorer):
     tokenizer, e.g. Qwen or SmolLM2, the first token is never scored), the start token (BOS, else
     EOS) is put in front, so every token of the text is scored whatever the tokenizer.
     ``convention: opendataarena`` scores as the seed did (see
-    :func:`hf_adapters.perplexity.compute_perplexity`).
+    :func:`hf_adapters.formulas.perplexity.compute_perplexity`).
     """
 
     name = "PPLScorer"

@@ -4,6 +4,6 @@ from pathlib import Path
 
 import evaluate
 
-from hf_adapters.module_widget import build_widget
+from hf_adapters.integrations.module_widget import build_widget
 
 build_widget(evaluate.load(str(Path(__file__).resolve().parent))).launch()

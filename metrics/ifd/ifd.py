@@ -3,10 +3,10 @@
 import datasets
 import evaluate
 
-from hf_adapters.conversations import check_conversation_list
-from hf_adapters.ifd import check_ifd_inputs
+from hf_adapters.core.conversations import check_conversation_list
+from hf_adapters.core.texts import check_texts
+from hf_adapters.formulas.ifd import check_ifd_inputs
 from hf_adapters.scorers import ConversationIFDScorer, IFDScorer
-from hf_adapters.texts import check_texts
 
 _CITATION = """\
 @inproceedings{li-etal-2024-quantity,

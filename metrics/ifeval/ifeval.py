@@ -3,9 +3,9 @@
 import datasets
 import evaluate
 
+from hf_adapters.core.texts import check_texts
 from hf_adapters.ifeval import compute_ifeval
 from hf_adapters.ifeval.serialization import rows_from_json, rows_to_json
-from hf_adapters.texts import check_texts
 
 _CITATION = """\
 @article{zhou2023instruction,

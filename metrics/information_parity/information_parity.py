@@ -3,7 +3,7 @@
 import datasets
 import evaluate
 
-from hf_adapters.information_parity import check_pairs
+from hf_adapters.formulas.information_parity import check_pairs
 from hf_adapters.scorers import InformationParityScorer
 
 _CITATION = """\

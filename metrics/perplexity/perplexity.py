@@ -3,9 +3,9 @@
 import datasets
 import evaluate
 
-from hf_adapters.conversations import check_conversation_list
+from hf_adapters.core.conversations import check_conversation_list
+from hf_adapters.core.texts import check_texts
 from hf_adapters.scorers import ConversationPerplexityScorer, PerplexityScorer
-from hf_adapters.texts import check_texts
 
 _CITATION = """\
 @article{jelinek1977perplexity,

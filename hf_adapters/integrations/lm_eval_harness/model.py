@@ -8,8 +8,8 @@ sequences follow lm-eval's ``hf`` model (``HFLM``), so the numbers are its numbe
 whatever the batch:
 
 - a context and continuation longer than ``max_length + 1`` tokens lose context tokens from the left;
-- an empty context is the prefix token (BOS, else EOS), as :func:`~hf_adapters.likelihood.start_token_id`;
-- rolling windows are lm-eval's disjoint windows (:func:`~hf_adapters.texts.rolling_items`);
+- an empty context is the prefix token (BOS, else EOS), as :func:`~hf_adapters.core.likelihood.start_token_id`;
+- rolling windows are lm-eval's disjoint windows (:func:`~hf_adapters.core.texts.rolling_items`);
 - generation is greedy only, cut at the first stop sequence (and EOS) as ``HFLM`` cuts it.
 
 Run it with ``hf-adapters lm-eval --model hf-adapters --model_args backend=vllm,model_id=... --tasks ...``
@@ -33,11 +33,11 @@ from lm_eval.api.registry import register_model
 from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs, postprocess_generated_text
 from lm_eval.utils import simple_parse_args_string
 
-from ...backends import LikelihoodBackend, resolve_backend
-from ...likelihood import combined
-from ...models import DEFAULT_MODEL_ID, resolve_device
-from ...texts import rolling_items
-from .errors import ModelArgumentError
+from hf_adapters.backends import LikelihoodBackend, resolve_backend
+from hf_adapters.backends.loading import DEFAULT_MODEL_ID, resolve_device
+from hf_adapters.core.likelihood import combined
+from hf_adapters.core.texts import rolling_items
+from hf_adapters.integrations.lm_eval_harness.errors import ModelArgumentError
 
 logger = logging.getLogger(__name__)
 

@@ -24,8 +24,8 @@ from lm_eval.api.instance import Instance
 from lm_eval.api.metrics import bits_per_byte, mean, weighted_mean
 from lm_eval.api.task import ConfigurableTask
 
+from hf_adapters.formulas.parallel_corpus import group_by_language, pair_ids, read_parallel_files
 from hf_adapters.integrations.lm_eval_harness.errors import TaskDataError
-from hf_adapters.parallel_corpus import group_by_language, pair_ids, read_parallel_files
 
 #: Each language's metrics: lm-eval's aggregation of the per-pair values, and whether higher is better.
 METRICS: dict[str, tuple[Callable, bool]] = {
@@ -40,10 +40,10 @@ def parallel_pairs(data_files: str | list[str] | None = None, reference_lang: st
                    languages: str | list[str] | None = None, **_: Any) -> datasets.DatasetDict:
     """The task's ``custom_dataset``: a ``test`` split of ``{lang, id, reference, text}`` pairs, id by id
     (so ``--limit`` takes the first sentences of every language), the languages of
-    :func:`~hf_adapters.parallel_corpus.pair_ids` in its order.
+    :func:`~hf_adapters.formulas.parallel_corpus.pair_ids` in its order.
 
     lm-eval calls it with the task's metadata, ``--metadata`` over the YAML's: ``data_files`` (a file,
-    a folder or a list of them, as :func:`~hf_adapters.parallel_corpus.read_parallel_files` reads),
+    a folder or a list of them, as :func:`~hf_adapters.formulas.parallel_corpus.read_parallel_files` reads),
     ``reference_lang`` and ``languages`` (a list, or a string of codes separated by commas); the other
     keys (the model's arguments, the version) are not this function's. Missing or unreadable files are a
     :class:`~hf_adapters.integrations.lm_eval_harness.errors.TaskDataError` (one ``error:`` line from

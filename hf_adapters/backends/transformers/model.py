@@ -1,0 +1,400 @@
+"""The default backend: a ``transformers`` causal LM in this process (:class:`TransformersBackend`).
+
+Items are scored in length-sorted batches bounded by a token budget. The output layer runs only
+at scored positions, so no batch x length x vocabulary tensor of unscored positions is built, and
+log-softmax runs in float32 whatever the model's dtype, on chunks of positions (on the CPU, chunks
+whose logits fit in cache). On the CPU, float32 linear layers run on the faster of the default
+BLAS and oneDNN, measured on the model (:mod:`hf_adapters.backends.transformers.cpu_kernels`). An item whose whole
+sequence begins the next item's (the turns of one conversation, a repeated row) is scored within
+that item's forward pass. Scores do not depend on batch size, order or padding beyond float rounding.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from hf_adapters.backends import loading as models
+from hf_adapters.backends.base import LikelihoodBackend
+from hf_adapters.backends.transformers.batching import CPU_MAX_BATCH_TOKENS, CPU_MAX_PADDING, DEFAULT_MAX_BATCH_TOKENS
+from hf_adapters.backends.transformers.cpu_kernels import (
+    check_cpu_dtype,
+    cpu_linear_kernel,
+    linear_choices,
+    reuse_linear_choices,
+)
+from hf_adapters.backends.transformers.embedding import fit_sequences, pooled_states
+from hf_adapters.backends.transformers.generation import greedy_generate
+from hf_adapters.backends.transformers.model_properties import model_max_length, unwrap_model
+from hf_adapters.core.likelihood import (
+    ContinuationScore,
+    Item,
+    PreparedItem,
+    host_prefixes,
+    make_batches,
+    prepare_items,
+)
+from hf_adapters.core.options import DEFAULT_BATCH_SIZE, check_batch_size, check_max_length
+
+#: Largest number of scored positions sent through the output layer at once (bounds vocab memory).
+OUTPUT_CHUNK_POSITIONS = 2048
+#: On the CPU, a chunk's float32 logits are kept within this many bytes, so that the log-softmax
+#: reads them from cache, not memory (128 positions of a 49,152-token vocabulary).
+CPU_OUTPUT_CHUNK_BYTES = 24 * 2**20
+
+
+def uses_varlen_attention(model: PreTrainedModel) -> bool:
+    """Whether the model's attention runs FlashAttention kernels, which take packed sequences as they are."""
+    return str(getattr(model.config, "_attn_implementation", "")).startswith("flash_attention")
+
+
+def output_chunk_positions(head_weight: torch.Tensor) -> int:
+    """How many scored positions go through the output layer at once: ``OUTPUT_CHUNK_POSITIONS``
+    on accelerators; on the CPU as many as keep the chunk's logits within ``CPU_OUTPUT_CHUNK_BYTES``."""
+    if head_weight.device.type != "cpu":
+        return OUTPUT_CHUNK_POSITIONS
+    return max(1, min(OUTPUT_CHUNK_POSITIONS, CPU_OUTPUT_CHUNK_BYTES // (4 * head_weight.shape[0])))
+
+
+def _logit_postprocessor(model: PreTrainedModel):
+    """Scaling or soft-capping that some architectures apply after the output layer."""
+    config = model.config
+    softcap = getattr(config, "final_logit_softcapping", None)
+    scale = getattr(config, "logit_scale", None)
+    divisor = getattr(config, "logits_scaling", None)
+
+    def postprocess(logits: torch.Tensor) -> torch.Tensor:
+        if scale:
+            logits = logits * scale
+        if divisor:
+            logits = logits / divisor
+        if softcap:
+            logits = torch.tanh(logits / softcap) * softcap
+        return logits
+
+    return postprocess
+
+
+def _fed_tokens(item: PreparedItem, limit: int | None) -> list[int]:
+    """The tokens the model reads for an item: all of them, but the last (whose own prediction is
+    never scored) only where it fits the position limit."""
+    return item.input_ids if limit is None or len(item.input_ids) <= limit else item.input_ids[:-1]
+
+
+def _padded_inputs(sequences: list[list[int]], pad_id: int) -> tuple[dict[str, torch.Tensor | None], list[int]]:
+    """Right-padded rows, with no attention mask: under causal attention a position sees only the
+    positions before it, which right padding leaves untouched, so padding cannot change a scored
+    position, and attention keeps its causal kernels (which skip the masked half) instead of a
+    padding mask's. Returns the model inputs and each item's offset in the flattened (rows x width)
+    positions."""
+    width = max(len(sequence) for sequence in sequences)
+    input_ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    for row, sequence in enumerate(sequences):
+        input_ids[row, : len(sequence)] = torch.tensor(sequence)
+    return {"input_ids": input_ids, "attention_mask": None}, [row * width for row in range(len(sequences))]
+
+
+def _packed_inputs(sequences: list[list[int]]) -> tuple[dict[str, torch.Tensor | None], list[int]]:
+    """All items in one row, position ids restarting at each item and no mask: transformers then
+    keeps attention within each item (FlashAttention's varlen kernels, or a block-diagonal mask)."""
+    offsets = [0]
+    for sequence in sequences:
+        offsets.append(offsets[-1] + len(sequence))
+    input_ids = torch.tensor([[token for sequence in sequences for token in sequence]])
+    position_ids = torch.tensor([[p for sequence in sequences for p in range(len(sequence))]])
+    return {"input_ids": input_ids, "position_ids": position_ids, "attention_mask": None}, offsets[:-1]
+
+
+def _entropies(logits: torch.Tensor) -> torch.Tensor:
+    """The entropy of each row's distribution, ``-sum_v p_v ln p_v``, from its logits, in float64: a
+    near-uniform prediction's entropy is close to ``ln V``, and scores such as UPD's ``1 - H / ln V``
+    would magnify float32's rounding of it (a -inf log-probability adds 0)."""
+    logprobs = torch.log_softmax(logits.double(), dim=-1)
+    return -(logprobs.exp() * logprobs).nansum(dim=-1)
+
+
+@torch.inference_mode()
+def _token_nlls(model: PreTrainedModel, batch: list[PreparedItem], pad_id: int, packed: bool,
+                entropies: bool = False, greedy: bool = False
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """The NLL of every scored token of a batch (float64), the index of the unit (an item of
+    the batch or one of its guests, in the order of ``units``) each belongs to, with
+    ``entropies`` the entropy of the prediction at each scored token (float64; else None), from the
+    same log-softmax as the NLL, and with ``greedy`` whether each is the most likely token (else None)."""
+    body, head = model.base_model, model.get_output_embeddings()
+    postprocess = _logit_postprocessor(model)
+    device = head.weight.device
+    limit = model_max_length(model)
+    sequences = [_fed_tokens(item, limit) for item in batch]
+    inputs, offsets = _packed_inputs(sequences) if packed else _padded_inputs(sequences, pad_id)
+    items, positions, targets = [], [], []
+    units = ((unit, offset) for host, offset in zip(batch, offsets, strict=True) for unit in host.units)
+    for index, (item, offset) in enumerate(units):
+        # The logits at position p predict the token at p + 1.
+        scored = range(offset + item.first_scored - 1, offset + len(item.input_ids) - 1)
+        items.extend([index] * len(scored))
+        positions.extend(scored)
+        targets.extend(item.targets)
+    inputs = {name: None if value is None else value.to(device) for name, value in inputs.items()}
+    targets_t = torch.tensor(targets, device=device)
+    token_nll = torch.empty(len(targets), dtype=torch.float64, device=device)
+    token_entropy = torch.empty(len(targets), dtype=torch.float64, device=device) if entropies else None
+    token_top = torch.empty(len(targets), dtype=torch.bool, device=device) if greedy else None
+    hidden = body(**inputs, use_cache=False).last_hidden_state
+    hidden = hidden.reshape(-1, hidden.shape[-1])[torch.tensor(positions, device=device)]
+    chunk = output_chunk_positions(head.weight)
+    for start in range(0, len(targets), chunk):
+        stop = start + chunk
+        logits = postprocess(head(hidden[start:stop])).float()
+        token_nll[start:stop] = torch.nn.functional.cross_entropy(logits, targets_t[start:stop], reduction="none")
+        if token_entropy is not None:
+            token_entropy[start:stop] = _entropies(logits)
+        if token_top is not None:
+            token_top[start:stop] = logits.argmax(dim=-1) == targets_t[start:stop]
+    return torch.tensor(items, device=device), token_nll, token_entropy, token_top
+
+
+def _sums(items: torch.Tensor, token_nll: torch.Tensor, count: int) -> list[float]:
+    sums = torch.zeros(count, dtype=torch.float64, device=token_nll.device)
+    sums.index_add_(0, items, token_nll)
+    return sums.tolist()
+
+
+def _units(batch: list[PreparedItem]) -> list[PreparedItem]:
+    return [unit for host in batch for unit in host.units]
+
+
+def _score_batch(model: PreTrainedModel, batch: list[PreparedItem], pad_id: int,
+                 packed: bool) -> list[tuple[PreparedItem, float]]:
+    """Each unit (the batch's items and their guests) with its total NLL."""
+    units = _units(batch)
+    items, token_nll, _, _ = _token_nlls(model, batch, pad_id, packed)
+    return list(zip(units, _sums(items, token_nll, len(units)), strict=True))
+
+
+def _score_batch_with_tokens(model: PreTrainedModel, batch: list[PreparedItem], pad_id: int, packed: bool,
+                             entropies: bool = False, greedy: bool = False
+                             ) -> list[tuple[PreparedItem, float, tuple[float, ...], tuple[float, ...] | None,
+                                             bool | None]]:
+    """Each unit with its total NLL, the NLL of each of its scored tokens, with ``entropies`` the
+    entropy at each (else None) and with ``greedy`` whether all are the most likely tokens (else None)."""
+    items, token_nll, token_entropy, token_top = _token_nlls(model, batch, pad_id, packed, entropies, greedy)
+    per_token = token_nll.tolist()
+    per_token_entropy = None if token_entropy is None else token_entropy.tolist()
+    per_token_top = None if token_top is None else token_top.tolist()
+    units = _units(batch)
+    counts = [len(item.input_ids) - item.first_scored for item in units]
+    starts = list(itertools.accumulate(counts[:-1], initial=0))
+    return [(unit, total, tuple(per_token[start:start + count]),
+             None if per_token_entropy is None else tuple(per_token_entropy[start:start + count]),
+             None if per_token_top is None else all(per_token_top[start:start + count]))
+            for unit, total, start, count in zip(units, _sums(items, token_nll, len(units)), starts, counts,
+                                                 strict=True)]
+
+
+class TransformersBackend(LikelihoodBackend):
+    """A ``transformers`` causal LM (or a PEFT model around one) and its tokenizer, scored in this process.
+
+    Batches hold at most ``batch_size`` items (unless :meth:`score` is given another) and
+    ``max_batch_tokens`` padded tokens; an item
+    joins a batch only if padding it adds at most ``max_padding`` of the batch's length (1.0: any
+    padding). Both default to the device's: 16384 tokens and any padding on accelerators; 2048
+    tokens and 10% padding on the CPU, where batching pays only for short sequences. With
+    ``packing`` (default: when the model runs FlashAttention, whose varlen kernels need no mask)
+    each batch is one row of items laid end to end, position ids restarting at each item.
+
+    Example:
+        >>> from hf_adapters.backends import TransformersBackend
+        >>> backend = TransformersBackend.from_pretrained()  # the embedded SmolLM2-135M-Instruct offline
+        >>> question = backend.tokenizer("Capital of France?", add_special_tokens=False).input_ids
+        >>> answer = backend.tokenizer(" Paris", add_special_tokens=False).input_ids
+        >>> [score] = backend.score([(question, answer)])
+        >>> score.num_tokens == len(answer)
+        True
+    """
+
+    name = "transformers"
+    computes_entropies = True
+    computes_greedy = True
+
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, *,
+                 batch_size: int | None = DEFAULT_BATCH_SIZE, max_batch_tokens: int | None = None,
+                 max_padding: float | None = None, packing: bool | None = None,
+                 source: tuple[str, Any, Any] | None = None):
+        self.model = unwrap_model(model)
+        self.tokenizer = tokenizer
+        #: Rows per batch when :meth:`score` is given none (None: only the token budget bounds a batch).
+        self.batch_size = batch_size
+        self.max_batch_tokens, self.max_padding, self.packing = max_batch_tokens, max_padding, packing
+        #: (model id, dtype, device) when loaded by name: what :meth:`identity` describes.
+        self.source = source
+        self._identity: dict[str, Any] | None = None
+
+    @classmethod
+    def from_pretrained(cls, model_id: str = models.DEFAULT_MODEL_ID, *, dtype: Any = None, device: Any = None,
+                        trust_remote_code: bool = False) -> TransformersBackend:
+        """The model and tokenizer of a hub id, local folder or ``.gguf`` file, loaded once per process
+        (:func:`hf_adapters.backends.loading.load_model`)."""
+        model, tokenizer = models.load_model(model_id, dtype=dtype, device=device, trust_remote_code=trust_remote_code)
+        return cls(model, tokenizer, source=(model_id, dtype, device))
+
+    @classmethod
+    def identify(cls, model_id: str, *, dtype: Any = None, device: Any = None) -> dict[str, Any]:
+        """The model's files or hub commit, with its dtype and device type, read without loading it
+        (:func:`hf_adapters.backends.loading.model_identity`)."""
+        return models.model_identity(model_id, dtype, device)
+
+    @property
+    def max_length(self) -> int | None:
+        return model_max_length(self.model)
+
+    def identity(self) -> dict[str, Any] | None:
+        """What :meth:`identify` says of the model id it was loaded from; None for a model object."""
+        if self._identity is None and self.source is not None:
+            model_id, dtype, device = self.source
+            self._identity = self.identify(model_id, dtype=dtype, device=device)
+        return self._identity
+
+    def measured_choices(self) -> dict[str, Any]:
+        """The CPU kernels chosen for the model's float32 linear layers so far (:func:`linear_choices`)."""
+        choices = linear_choices(self.model)
+        return {"cpu_linear": choices} if choices else {}
+
+    def reuse_measured_choices(self, choices: Mapping[str, Any]) -> None:
+        reuse_linear_choices(self.model, choices.get("cpu_linear", {}))
+
+    def score(
+        self,
+        items: Sequence[Item],
+        *,
+        max_length: int | None = None,
+        truncate: bool = True,
+        batch_size: int | None = None,
+        token_losses: bool = False,
+        entropies: bool = False,
+        greedy: bool = False,
+        progress: bool | None = None,
+        desc: str = "Scoring",
+    ) -> list[ContinuationScore]:
+        model = self.model
+        start_id = self.start_token_id
+        prepared = prepare_items(items, start_id, max_length=max_length, truncate=truncate,
+                                 position_limit=model_max_length(model))
+        results: list[ContinuationScore | None] = [None] * len(prepared)
+        scorable = []
+        for item in prepared:
+            if len(item.input_ids) > item.first_scored:
+                scorable.append(item)
+            else:
+                results[item.index] = item.unscored(token_losses, entropies, greedy)
+        scorable = host_prefixes(scorable)
+        on_cpu = model.get_output_embeddings().weight.device.type == "cpu"
+        max_batch_tokens = self.max_batch_tokens or (CPU_MAX_BATCH_TOKENS if on_cpu else DEFAULT_MAX_BATCH_TOKENS)
+        packing = uses_varlen_attention(model) if self.packing is None else self.packing
+        max_padding = self.max_padding
+        if max_padding is None:
+            max_padding = 1.0 if packing or not on_cpu else CPU_MAX_PADDING
+        batches = make_batches([len(item.input_ids) for item in scorable],
+                               self.batch_size if batch_size is None else batch_size, max_batch_tokens, max_padding)
+        pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else start_id
+        show = progress if progress is not None else len(batches) > 8
+        check_cpu_dtype(model)
+        with tqdm(total=sum(len(unit.targets) for item in scorable for unit in item.units), desc=desc,
+                  unit="tok", disable=not show) as bar:
+            for batch_indices in batches:
+                batch = [scorable[i] for i in batch_indices]
+                positions = len(batch) * max(len(item.input_ids) for item in batch)
+                with cpu_linear_kernel(model, positions):
+                    if token_losses or entropies or greedy:
+                        for item, nll, losses, item_entropies, item_greedy in _score_batch_with_tokens(
+                                model, batch, pad_id, packing, entropies, greedy):
+                            results[item.index] = ContinuationScore(nll, len(losses), item.truncated,
+                                                                    losses if token_losses else None, item_entropies,
+                                                                    item_greedy)
+                    else:
+                        for item, nll in _score_batch(model, batch, pad_id, packing):
+                            results[item.index] = ContinuationScore(nll, len(item.targets), item.truncated)
+                bar.update(sum(len(unit.targets) for item in batch for unit in item.units))
+        return results  # type: ignore[return-value]
+
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        *,
+        max_new_tokens: int,
+        stop_token_ids: Sequence[int] | None = None,
+        batch_size: int | None = None,
+        progress: bool | None = None,
+        desc: str = "Generating",
+        on_result: Callable[[int, list[int]], None] | None = None,
+    ) -> list[list[int]]:
+        """Greedy responses, each equal to decoding its prompt alone
+        (:func:`~hf_adapters.backends.transformers.generation.greedy_generate`); ``batch_size``
+        prompts decode together (default 16); the stop tokens default to the tokenizer's EOS and the
+        model's end of turn; ``on_result(index, tokens)`` is called as each response ends."""
+        return greedy_generate(self.model, self.tokenizer, prompts, max_new_tokens=max_new_tokens,
+                               stop_token_ids=stop_token_ids, batch_size=batch_size, progress=progress, desc=desc,
+                               on_result=on_result)
+
+    def embed(
+        self,
+        sequences: Sequence[Sequence[int]],
+        *,
+        pooling: str = "mean",
+        max_length: int | None = None,
+        batch_size: int | None = None,
+        progress: bool | None = None,
+    ) -> Any:
+        """Pooled final hidden states, batched as scoring is
+        (:func:`~hf_adapters.backends.transformers.embedding.pooled_states`)."""
+
+        fitted = fit_sequences(sequences, self.start_token_id, self.window(max_length))
+        pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.start_token_id
+        return pooled_states(self.model, fitted, pooling=pooling, pad_id=pad_id,
+                             batch_size=self.batch_size if batch_size is None else batch_size,
+                             max_batch_tokens=self.max_batch_tokens, max_padding=self.max_padding, progress=progress)
+
+
+def score_continuations(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    items: Sequence[Item],
+    *,
+    max_length: int | None = None,
+    batch_size: int | None = DEFAULT_BATCH_SIZE,
+    max_batch_tokens: int | None = None,
+    max_padding: float | None = None,
+    packing: bool | None = None,
+    progress: bool | None = None,
+    desc: str = "Scoring",
+    truncate: bool = True,
+    token_losses: bool = False,
+    entropies: bool = False,
+) -> list[ContinuationScore]:
+    """Score each (context ids, continuation ids) pair with a loaded model; results come back in input order.
+
+    :meth:`TransformersBackend.score` on ``TransformersBackend(model, tokenizer, batch_size=...,
+    max_batch_tokens=..., max_padding=..., packing=...)`` (``batch_size=None``: only the token
+    budget bounds a batch), with ``max_length`` and ``batch_size`` checked first.
+
+    Example:
+        >>> from hf_adapters import load_model, score_continuations
+        >>> model, tokenizer = load_model()
+        >>> question = tokenizer("Capital of France?", add_special_tokens=False).input_ids
+        >>> answer = tokenizer(" Paris", add_special_tokens=False).input_ids
+        >>> [score] = score_continuations(model, tokenizer, [(question, answer)])
+        >>> score.num_tokens == len(answer)
+        True
+    """
+    check_max_length(max_length)
+    if batch_size is not None:
+        check_batch_size(batch_size)
+    backend = TransformersBackend(model, tokenizer, batch_size=batch_size, max_batch_tokens=max_batch_tokens,
+                                  max_padding=max_padding, packing=packing)
+    return backend.score(items, max_length=max_length, truncate=truncate, token_losses=token_losses,
+                         entropies=entropies, progress=progress, desc=desc)
