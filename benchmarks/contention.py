@@ -9,7 +9,7 @@ turn, ``--rounds`` times, and each case keeps its median::
         --output benchmarks/CONTENTION.md
 
 The "default" rows set nothing, as a Python process that imports torch itself does;
-:mod:`hf_adapters.backends.transformers.openmp` says which setting ``hf-adapters`` uses.
+:mod:`hf_adapters.core.openmp` says which setting ``hf-adapters`` uses.
 """
 
 from __future__ import annotations

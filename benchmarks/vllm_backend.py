@@ -8,7 +8,7 @@ Run in vLLM's environment (``make vllm``), from the repository root::
         --output benchmarks/VLLM.md
 
 (``make bench`` runs it so). ``OMP_WAIT_POLICY=PASSIVE`` is what ``hf-adapters`` sets for itself
-(:mod:`hf_adapters.backends.transformers.openmp`); this script imports torch directly, so the command line sets it.
+(:mod:`hf_adapters.core.openmp`); this script imports torch directly, so the command line sets it.
 
 Each row times our transformers backend and the vLLM backend on the default model in float32, each
 after a warm-up on two rows, and gives each one's largest relative difference from the float64

@@ -36,17 +36,19 @@ if TYPE_CHECKING:
         add_perplexity_column,
         add_score_columns,
     )
+    from hf_adapters.columns.embedding_columns import add_embedding_column
     from hf_adapters.columns.excess_loss_columns import add_excess_loss_column, add_rho1_labels_column
+    from hf_adapters.columns.miwv_columns import add_miwv_column
     from hf_adapters.core.conversations import to_messages
     from hf_adapters.core.likelihood import ContinuationScore, start_token_id
     from hf_adapters.curation.selection import select
     from hf_adapters.curation.selection_rules import select_by_rule
     from hf_adapters.engines.local import score_dataset
-    from hf_adapters.formulas.embeddings import add_embedding_column, embed_texts
+    from hf_adapters.formulas.embeddings import embed_texts
     from hf_adapters.formulas.excess_loss import compute_excess_loss
     from hf_adapters.formulas.ifd import IFDOptions, compute_ifd
     from hf_adapters.formulas.information_parity import InformationParityOptions, compute_information_parity
-    from hf_adapters.formulas.miwv import add_miwv_column, compute_miwv
+    from hf_adapters.formulas.miwv import compute_miwv
     from hf_adapters.formulas.parallel_corpus import evaluate_parallel
     from hf_adapters.formulas.perplexity import PerplexityOptions, compute_perplexity
     from hf_adapters.formulas.token_selection import rho1_labels
@@ -80,7 +82,7 @@ _EXPORTS = {
     "add_information_parity_column": "columns.dataset_columns",
     "add_ifeval_columns": "columns.dataset_columns",
     "add_score_columns": "columns.dataset_columns",
-    "add_embedding_column": "formulas.embeddings",
+    "add_embedding_column": "columns.embedding_columns",
     "embed_texts": "formulas.embeddings",
     "build_scorer": "scorers",
     "score_dataset": "engines.local",
@@ -92,7 +94,7 @@ _EXPORTS = {
     "add_rho1_labels_column": "columns.excess_loss_columns",
     "rho1_labels": "formulas.token_selection",
     "compute_miwv": "formulas.miwv",
-    "add_miwv_column": "formulas.miwv",
+    "add_miwv_column": "columns.miwv_columns",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -25,7 +25,7 @@ MOVED_MODULES = {
     "plugins": "core.plugins",
     "models": "backends.loading",
     "cpu_kernels": "backends.transformers.cpu_kernels",
-    "openmp": "backends.transformers.openmp",
+    "openmp": "core.openmp",
     "backends.transformers_model": "backends.transformers.model",
     "backends.transformers_embedding": "backends.transformers.embedding",
     "backends.transformers_generation": "backends.transformers.generation",

@@ -1,14 +1,17 @@
 """Shared fixtures: tiny randomly initialised causal LMs and tokenizers built in-process, the naive
-one-at-a-time reference that every batched score is compared against, and the exactness criterion."""
+one-at-a-time reference that every batched score is compared against, the exactness criterion, the rows
+and configs that several test modules write, and a local Ray cluster."""
 
 from __future__ import annotations
 
 import copy
 import json
+import logging
 import math
+import os
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -19,7 +22,8 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 from hf_adapters.backends import loading as hf_models
 from hf_adapters.formulas import information_parity
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
 CORPUS = [
     "The quick brown fox jumps over the lazy dog.",
     "Write a short poem about the sea.",
@@ -203,3 +207,53 @@ def unreachable_hub(monkeypatch):
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(hf_models, "_hub_checks", {})
     return attempts
+
+
+def write_config(path: Path, text: str) -> str:
+    """``text`` written as a config file at ``path``; its path, as ``hf-adapters score`` takes it."""
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+def ppl_config(tmp_path: Path) -> str:
+    """A perplexity config (64 positions, batches of 2) in ``tmp_path``."""
+    return write_config(tmp_path / "ppl.yaml", "name: PPLScorer\nmax_length: 64\nbatch_size: 2\n")
+
+
+def instruction_rows(count: int = 4) -> list[dict]:
+    """``count`` instruction rows ``r0``, ``r1``... with outputs of growing length."""
+    return [{"id": f"r{i}", "instruction": f"Say {i}.", "input": "", "output": "ab" * (i + 1)} for i in range(count)]
+
+
+def job_rows(empty: str = "output") -> list[dict]:
+    """24 instruction rows ``sample-1``... whose row 21 (``sample-22``) has an empty ``empty`` field."""
+    rows = [{"id": f"sample-{i + 1}", "instruction": f"Repeat {i}.", "input": "", "output": f"Done {i}."}
+            for i in range(24)]
+    rows[21][empty] = ""
+    return rows
+
+
+#: No white space at all: one "word" of many tokens, so the word perplexity is exp(total NLL) (> e^709 here).
+LONG_CJK = "敏捷的棕色狐狸跳过了懒狗。猫在沙发上睡觉。" * 24
+
+#: Set before Ray is imported: no usage report, no auth token written to ~/.ray.
+QUIET_RAY = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
+
+
+@pytest.fixture(scope="module")
+def ray_cluster() -> Iterator[object]:
+    """A local Ray cluster of 2 CPUs for the module, whose workers import this checkout of hf_adapters."""
+    pytest.importorskip("ray")
+    saved = {name: os.environ.get(name) for name in [*QUIET_RAY, "PYTHONPATH"]}
+    os.environ.update(QUIET_RAY)
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), saved["PYTHONPATH"]]))
+    import ray
+
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+             logging_level=logging.ERROR, object_store_memory=100 * 1024**2)
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+        for name, value in saved.items():
+            os.environ.pop(name) if value is None else os.environ.__setitem__(name, value)

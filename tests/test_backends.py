@@ -7,6 +7,7 @@ import ast
 import inspect
 import math
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import evaluate
@@ -16,6 +17,7 @@ from datasets import Dataset
 
 import hf_adapters
 from hf_adapters.backends import BACKENDS, BackendOptions, LikelihoodBackend, TransformersBackend, register_backend
+from hf_adapters.cli import main
 from hf_adapters.columns.dataset_columns import add_ifd_column, add_information_parity_column, add_perplexity_column
 from hf_adapters.core.likelihood import ContinuationScore, prepare_items
 from hf_adapters.formulas.ifd import IFDOptions, compute_ifd
@@ -23,7 +25,7 @@ from hf_adapters.formulas.information_parity import InformationParityOptions, co
 from hf_adapters.formulas.parallel_corpus import evaluate_parallel
 from hf_adapters.formulas.perplexity import PerplexityOptions, compute_perplexity
 from hf_adapters.scorers import ConfigError, ConversationIFDScorer, IFDScorer, PPLScorer, build_scorer
-from tests.conftest import assert_exact, naive_nll
+from tests.conftest import assert_exact, naive_nll, write_jsonl
 from tests.test_conversations import CONVERSATIONS, naive_conversation_ifd
 from tests.test_ifd import INPUTS, INSTRUCTIONS, OUTPUTS
 
@@ -224,3 +226,122 @@ def test_dir_and_type_checkers_see_every_public_name():
     checked = {alias.asname or alias.name for node in ast.walk(tree) if isinstance(node, ast.If)
                for statement in node.body if isinstance(statement, ast.ImportFrom) for alias in statement.names}
     assert checked == set(hf_adapters.__all__)
+
+
+# --- From the round-four review: a user backend's scores are checked against the contract at every entry point
+
+#: The texts, instruction rows and conversations each entry point scores with a backend breaking the contract.
+CONTRACT_TEXTS = ["The quick brown fox jumps over the lazy dog.", "", "Write a short poem about the sea."]
+CONTRACT_INSTRUCTIONS = ["Name a primary colour.", "Say hi.", "Count to three."]
+CONTRACT_OUTPUTS = ["Red.", "Hi there!", "One, two, three."]
+CONTRACT_CONVERSATIONS = [
+    [{"role": "user", "content": "Name a colour."}, {"role": "assistant", "content": "Blue is a colour."},
+     {"role": "user", "content": "And a fruit?"}, {"role": "assistant", "content": "An apple, for one."}],
+    [{"role": "user", "content": "Say hi."}, {"role": "assistant", "content": "Hi!"}],
+]
+
+
+class Faulty(LikelihoodBackend):
+    """A user-written backend that breaks the contract: ``fault`` changes the built-in backend's scores."""
+
+    def __init__(self, model, tokenizer, fault):
+        self.inner, self.tokenizer, self.fault = TransformersBackend(model, tokenizer), tokenizer, fault
+
+    @property
+    def max_length(self):
+        return self.inner.max_length
+
+    def score(self, items, **settings):
+        return self.fault(self.inner.score(items, **settings))
+
+
+#: Each broken contract, and what the error says of it.
+FAULTS = {
+    "one score too few": (lambda scores: scores[:-1], r"returned \d+ scores for \d+ items"),
+    "one score too many": (lambda scores: [*scores, scores[-1]], r"returned \d+ scores for \d+ items"),
+    "NaN for every item": (lambda scores: [replace(score, nll=math.nan) for score in scores], r"nll=nan"),
+    "nothing scored for every item": (
+        lambda scores: [ContinuationScore(math.nan, 0, score.truncated) for score in scores], r"num_tokens=0"),
+    "a negative NLL": (lambda scores: [replace(score, nll=-score.nll) for score in scores], r"nll=-"),
+    "tuples": (lambda scores: [(score.nll, score.num_tokens) for score in scores], r"tuple"),
+}
+
+
+#: Each entry point, as a call with a backend.
+ENTRY_POINTS = {
+    "compute_perplexity": lambda backend: compute_perplexity(CONTRACT_TEXTS, backend=backend),
+    "rolling perplexity": lambda backend: compute_perplexity([" ".join(CONTRACT_TEXTS) * 3], backend=backend,
+                                                             max_length=16, stride=8),
+    "perplexity metric": lambda backend: evaluate.load("./metrics/perplexity").compute(predictions=CONTRACT_TEXTS,
+                                                                                        backend=backend),
+    "add_perplexity_column": lambda backend: add_perplexity_column(Dataset.from_dict({"text": CONTRACT_TEXTS}),
+                                                                   text_column="text", backend=backend),
+    "compute_ifd": lambda backend: compute_ifd(CONTRACT_INSTRUCTIONS, CONTRACT_OUTPUTS, backend=backend),
+    "conversation IFD": lambda backend: ConversationIFDScorer(backend=backend,
+                                                              turns="all").result(CONTRACT_CONVERSATIONS),
+    "information parity": lambda backend: compute_information_parity(CONTRACT_TEXTS[:1] * 2, CONTRACT_TEXTS[2:] * 2,
+                                                                     backend=backend),
+}
+
+
+@pytest.mark.parametrize("entry_point", ENTRY_POINTS)
+@pytest.mark.parametrize("fault", FAULTS)
+def test_a_backend_breaking_the_contract_is_an_error_naming_it_at_every_entry_point(model, tokenizer, fault,
+                                                                                     entry_point):
+    """From the round-four review, case 12."""
+    change, message = FAULTS[fault]
+    with pytest.raises(ValueError, match=rf"backend Faulty .*{message}"):
+        ENTRY_POINTS[entry_point](Faulty(model, tokenizer, change))
+
+
+@pytest.mark.parametrize("change", [
+    lambda scores: [replace(score, token_nlls=None) for score in scores],
+    lambda scores: [replace(score, token_nlls=score.token_nlls[:-1]) for score in scores],
+], ids=["missing", "one short"])
+@pytest.mark.parametrize("compute", [
+    lambda backend: compute_perplexity(CONTRACT_TEXTS[:1], backend=backend, return_token_losses=True),
+    lambda backend: compute_ifd(CONTRACT_INSTRUCTIONS, CONTRACT_OUTPUTS, backend=backend, return_token_losses=True),
+], ids=["perplexity", "ifd"])
+def test_token_losses_of_the_wrong_length_are_an_error_naming_the_backend(model, tokenizer, change, compute):
+    """From the round-four review, case 12."""
+    with pytest.raises(ValueError, match=r"backend Faulty .*token_nlls"):
+        compute(Faulty(model, tokenizer, change))
+
+
+def test_every_formula_scores_through_the_checked_call():
+    """Outside ``backends/``, no module calls a backend's ``score`` directly (only ``score_checked``).
+
+    From the round-four review, case 12.
+    """
+    unchecked = [f"{path.relative_to(PACKAGE)}:{node.lineno}" for path in sorted(PACKAGE.rglob("*.py"))
+                 if "backends" not in path.parts
+                 for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+                 if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "score"]
+    assert unchecked == []
+
+
+def test_a_job_with_a_registered_backend_breaking_the_contract_stops_with_one_line_naming_it(
+        model, tokenizer, tmp_path, monkeypatch, capsys):
+    """From the round-four review, case 12."""
+    class Registered(Faulty):
+        name = "faulty"
+
+        @classmethod
+        def from_pretrained(cls, model_id, *, dtype=None, device=None):
+            return cls(model, tokenizer, FAULTS["one score too few"][0])
+
+        @classmethod
+        def identify(cls, model_id, *, dtype=None, device=None):
+            return {"model": model_id, "backend": cls.name}
+
+    monkeypatch.setitem(BACKENDS, Registered.name, Registered)
+    config = tmp_path / "config.yaml"
+    config.write_text("name: PPLScorer\nbackend: faulty\nmodel: my/model\nbatch_size: 4\n", encoding="utf-8")
+    data = write_jsonl(tmp_path / "rows.jsonl", [{"id": f"r{i}", "instruction": "Say a.", "output": "a" * (i + 1)}
+                                                 for i in range(6)])
+    code = main(["score", str(config), "--data", str(data), "--output", str(tmp_path / "scores.jsonl"),
+                 "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2
+    [line] = [line for line in err.splitlines() if line.startswith("error:")]
+    assert "'faulty'" in line and "returned 3 scores for 4 items" in line and "PPLScorer" not in line

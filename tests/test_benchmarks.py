@@ -33,6 +33,7 @@ RECORDS = [
 ]
 
 
+@pytest.mark.kernels
 def test_one_at_a_time_perplexity_equals_hf_adapters(model, tokenizer):
     ours = compute_perplexity(TEXTS, model=model, tokenizer=tokenizer, batch_size=2)["perplexities"]
     assert_exact(ours, lambda m: [s.perplexity for s in one_at_a_time_perplexity(m, tokenizer, TEXTS)], model)
@@ -54,6 +55,7 @@ def test_pad_to_longest_pads_every_batch_to_the_longest_text(model, tokenizer):
     assert [s.scored for s in padded] == [s.scored for s in reference]
 
 
+@pytest.mark.kernels
 def test_one_at_a_time_ifd_equals_hf_adapters(model, tokenizer):
     instructions, inputs, outputs = (list(column) for column in zip(*RECORDS, strict=True))
     reference = one_at_a_time_ifd(model, tokenizer, instructions, inputs, outputs, DEFAULT_TEMPLATE,
@@ -186,6 +188,7 @@ def test_time_runs_interleaves_the_rounds_after_all_warm_ups_and_keeps_each_fast
                                                                             ("ours", 4.0, [4.0])]
 
 
+@pytest.mark.kernels
 def test_rolling_section_times_ours_against_the_window_loop_on_the_same_numbers(model, tokenizer):
     document = "The quick brown fox jumps over the lazy dog. " * 40
     section = run.bench_rolling({"float32": model}, tokenizer, document, 64, 16, 4, run.Timing(torch.device("cpu")))
@@ -195,6 +198,7 @@ def test_rolling_section_times_ours_against_the_window_loop_on_the_same_numbers(
     assert section.scored_tokens == len(tokenizer(document, add_special_tokens=False).input_ids)
 
 
+@pytest.mark.kernels
 def test_lm_eval_rolling_gives_our_numbers_when_installed(model, tokenizer):
     pytest.importorskip("lm_eval.models.huggingface", reason="lm-eval is installed only for make bench")
     from benchmarks.references import lm_eval_rolling_nll

@@ -1,5 +1,6 @@
 """Perplexity and IFD columns through `Dataset.map`: the metric's numbers, and datasets' cache."""
 
+import logging
 import math
 
 import pytest
@@ -10,7 +11,7 @@ from hf_adapters.core.texts import ppl_text
 from hf_adapters.formulas.ifd import compute_ifd
 from hf_adapters.formulas.perplexity import compute_perplexity
 from hf_adapters.scorers import IFDScorer, PerplexityScorer
-from tests.conftest import build_model
+from tests.conftest import build_model, job_rows
 from tests.test_ifd import INPUTS, INSTRUCTIONS, OUTPUTS
 
 ROWS = {"instruction": INSTRUCTIONS, "input": INPUTS, "output": OUTPUTS}
@@ -218,3 +219,46 @@ def test_new_weights_at_the_same_model_path_are_not_a_cache_hit(disk_dataset, tm
     second = add_perplexity_column(disk_dataset, model_id=str(folder))
     assert second._fingerprint != first._fingerprint
     assert second["perplexity"] != pytest.approx(first["perplexity"], rel=1e-3)
+
+
+# --- From the round-three and round-four reviews ---------------------------------------------------------------
+
+def test_add_ifd_column_refuses_output_names_that_collide(model, tokenizer):
+    """From the round-three review: silently wrong."""
+    ds = Dataset.from_dict({"instruction": ["Say hi."], "input": [""], "output": ["Hi!"]})
+    with pytest.raises(ValueError, match="ppl_direct"):
+        add_ifd_column(ds, ifd_column="ppl_direct", model=model, tokenizer=tokenizer)
+
+
+def test_token_loss_columns_survive_a_first_batch_of_empty_rows(model, tokenizer):
+    """From the round-three review: jobs that never finish."""
+    ds = Dataset.from_dict({"text": [""] * 1000 + ["The quick brown fox."]})
+    scored = add_perplexity_column(ds, text_column="text", return_token_losses=True, model=model,
+                                   tokenizer=tokenizer)
+    assert scored[1000]["token_losses"] and scored[1000]["tokens"]
+    assert scored[0]["token_losses"] == []
+
+
+#: A conversation of one user turn and one assistant turn.
+CONVERSATIONS = [
+    [{"role": "user", "content": "Write a short poem about the sea."}, {"role": "assistant", "content": "Waves."}],
+]
+
+
+def test_turn_ifd_survives_a_first_batch_of_unscorable_conversations(model, tokenizer, caplog):
+    """From the round-three review: jobs that never finish."""
+    no_assistant = [{"role": "user", "content": "Hello?"}]
+    ds = Dataset.from_dict({"messages": [no_assistant] * 1000 + [CONVERSATIONS[0]]})
+    with caplog.at_level(logging.ERROR):  # 1,000 warnings, one per unscorable row
+        scored = add_ifd_column(ds, messages_column="messages", model=model, tokenizer=tokenizer)
+    assert len(scored[1000]["turn_ifd"]) == 1 and math.isfinite(scored[1000]["ifd"])
+    assert scored[0]["turn_ifd"] == []
+
+
+def test_a_dataset_map_warning_names_the_row_by_its_id(model, tokenizer, caplog):
+    """From the round-four review, case 15."""
+    rows = job_rows()[16:]
+    ds = Dataset.from_list(rows)
+    with caplog.at_level(logging.WARNING):
+        add_ifd_column(ds, model=model, tokenizer=tokenizer)
+    assert "Row 5 (id='sample-22') has an empty output" in caplog.text

@@ -23,6 +23,7 @@ from hf_adapters.backends.transformers.cpu_kernels import (
     measure_linear_rates,
     onednn_linear_available,
 )
+from hf_adapters.formulas.perplexity import compute_perplexity
 from tests.conftest import build_model
 
 needs_onednn = pytest.mark.skipif(not onednn_linear_available(), reason="oneDNN linear needs an x86 build with mkldnn")
@@ -276,3 +277,19 @@ def test_the_kernel_timings_are_printed_only_with_verbose(model_dir, tmp_path, f
     timings = done.stderr.count("CPU float32 linear layers run on")
     assert timings == (1 if flags and onednn_linear_available() else 0), done.stderr
     assert done.stdout.startswith("6 rows, 6 valid scores") and os.path.exists(tmp_path / "scores.jsonl")
+
+
+def test_bfloat16_slower_than_float32_here_warns_with_the_measured_ratio(monkeypatch, tokenizer):
+    """From the round-three review: silently wrong."""
+    from hf_adapters.backends.transformers import cpu_kernels
+
+    # Proposed: the speed-up of bfloat16 over float32 on the model's own shapes, measured once per process.
+    monkeypatch.setattr(cpu_kernels, "bfloat16_speedup", lambda *args, **kwargs: 0.54)
+    for cached in ("warn_slow_bfloat16",):
+        getattr(getattr(cpu_kernels, cached, None), "cache_clear", lambda: None)()
+    model = build_model(len(tokenizer), seed=3).to(torch.bfloat16)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        compute_perplexity(["The quick brown fox jumps over the lazy dog."], model=model, tokenizer=tokenizer)
+    messages = [str(warning.message) for warning in caught]
+    assert any("0.54" in message for message in messages), messages

@@ -25,7 +25,6 @@ from hf_adapters.files.score_files import OutputFormat
 from hf_adapters.scorers import RowScorer, register_scorer
 from tests.conftest import read_jsonl, write_jsonl
 from tests.test_jobs import REPO, launcher, run_env
-from tests.test_ray import ray_cluster  # noqa: F401  (fixture)
 
 TEXTS = ["ab", "", "a b", "xyz", "hello", " "]
 
@@ -374,7 +373,7 @@ def test_ctrl_c_while_embedding_saves_nothing_and_says_so(tmp_path, model_dir):
     data = write_jsonl(tmp_path / "rows.jsonl", [{"instruction": f"Row {i}", "output": "words " * (i % 9)}
                                                  for i in range(4000)])
     output, started = tmp_path / "vectors.npy", tmp_path / "embedding"
-    prelude = ("import pathlib\nfrom hf_adapters import embeddings\nembed_texts = embeddings.embed_texts\n"
+    prelude = ("import pathlib\nfrom hf_adapters.formulas import embeddings\nembed_texts = embeddings.embed_texts\n"
                "def started(*args, **kwargs):\n"
                f"    pathlib.Path({str(started)!r}).touch()\n"
                "    return embed_texts(*args, **kwargs)\n"
@@ -528,9 +527,10 @@ def test_the_default_engine_is_called_local_and_accelerate_still_names_it(capsys
 
 
 def test_device_goes_to_a_scorer_that_runs_a_model_and_is_refused_otherwise(tmp_path, data, capsys, model_dir):
-    from hf_adapters.cli.score_command import job_scorer
+    from hf_adapters.engines import ScoringJob
 
-    scorer = job_scorer({"name": "PPLScorer", "model": model_dir}, "cuda")
+    scorer = ScoringJob.plan({"name": "PPLScorer", "model": model_dir}, data="d.jsonl", output="o.jsonl",
+                             device="cuda").build_scorer()
     assert scorer.run.device == "cuda" and scorer.model_identity()["device_type"] == "cuda"
     assert score(shape_config(tmp_path), data, tmp_path / "o.jsonl", "--device", "cpu") == 2
     assert capsys.readouterr().err.strip() == "error: --device: ShapeScorer runs no model."

@@ -14,6 +14,7 @@ pytestmark = pytest.mark.skipif(embedded_default_source() is None, reason="llm-s
 TEXTS = ["The capital of France is Paris.", "def add(a, b):\n    return a + b", "短い文です。"]
 
 
+@pytest.mark.kernels
 def test_default_model_loads_offline_and_perplexity_equals_naive_reference(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     model, tokenizer = load_model(DEFAULT_MODEL_ID)
@@ -29,6 +30,7 @@ def test_default_model_loads_offline_and_perplexity_equals_naive_reference(monke
 
 
 @pytest.mark.parametrize("stride", [64, 16])
+@pytest.mark.kernels
 def test_rolling_perplexity_on_the_default_model_equals_naive_windows(monkeypatch, shared_dir, stride):
     from tests.test_rolling import naive_rolling_nll
 
@@ -39,6 +41,7 @@ def test_rolling_perplexity_on_the_default_model_equals_naive_windows(monkeypatc
     assert_exact(result["nlls"], lambda m: [naive_rolling_nll(m, tokenizer, document, 64, stride)[0]], model)
 
 
+@pytest.mark.kernels
 def test_conversation_ifd_on_the_default_model_equals_naive_turns(monkeypatch, shared_dir):
     import json
 

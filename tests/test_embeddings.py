@@ -13,7 +13,8 @@ from datasets import Dataset, IterableDataset
 
 from hf_adapters import cli
 from hf_adapters.backends import LikelihoodBackend, TransformersBackend
-from hf_adapters.formulas.embeddings import add_embedding_column, embed_texts, embedding_matrix
+from hf_adapters.columns.embedding_columns import add_embedding_column
+from hf_adapters.formulas.embeddings import embed_texts, embedding_matrix
 from tests.conftest import CORPUS, write_jsonl
 
 TEXTS = [CORPUS[0], "Short.", CORPUS[2], "", CORPUS[3], "A little longer than short."]

@@ -95,6 +95,7 @@ def bos_tokenizer():
 
 
 @pytest.mark.parametrize("mode", ["ppl_ratio", "loss_ratio"])
+@pytest.mark.kernels
 def test_ifd_equals_naive_reference_in_both_modes(model, tokenizer, mode):
     result = compute_ifd(INSTRUCTIONS, OUTPUTS, INPUTS, model=model, tokenizer=tokenizer, mode=mode)
     assert_matches_naive(model, tokenizer, result, mode)
@@ -103,11 +104,13 @@ def test_ifd_equals_naive_reference_in_both_modes(model, tokenizer, mode):
 
 
 @pytest.mark.parametrize("mode", ["ppl_ratio", "loss_ratio"])
+@pytest.mark.kernels
 def test_prompt_keeps_default_special_tokens_and_answer_has_none(model, bos_tokenizer, mode):
     result = compute_ifd(INSTRUCTIONS, OUTPUTS, INPUTS, model=model, tokenizer=bos_tokenizer, mode=mode)
     assert_matches_naive(model, bos_tokenizer, result, mode)
 
 
+@pytest.mark.kernels
 def test_scores_do_not_depend_on_batch_size(model, tokenizer):
     reference = compute_ifd(INSTRUCTIONS * 3, OUTPUTS * 3, INPUTS * 3, model=model, tokenizer=tokenizer, batch_size=1)
     for batch_size in (2, 5, 64):
@@ -149,6 +152,7 @@ def test_output_layer_runs_only_at_answer_positions(model, tokenizer):
 
 
 @pytest.mark.parametrize("mode", ["ppl_ratio", "loss_ratio"])
+@pytest.mark.kernels
 def test_chat_template_uses_the_tokenizers_chat_template(model, tokenizer, mode):
     chat_tokenizer = copy.deepcopy(tokenizer)
     chat_tokenizer.chat_template = CHAT_TEMPLATE
@@ -165,6 +169,7 @@ def test_chat_template_without_one_is_a_clear_error(model, tokenizer):
 
 
 @pytest.mark.parametrize("mode", ["ppl_ratio", "loss_ratio"])
+@pytest.mark.kernels
 def test_truncation_cuts_the_answer_and_scores_the_same_tokens_in_both_passes(model, tokenizer, mode, caplog):
     with caplog.at_level(logging.WARNING, logger="hf_adapters.formulas.ifd"):
         result = compute_ifd(INSTRUCTIONS, OUTPUTS, INPUTS, model=model, tokenizer=tokenizer, max_length=72, mode=mode)
@@ -175,6 +180,7 @@ def test_truncation_cuts_the_answer_and_scores_the_same_tokens_in_both_passes(mo
     assert result["direct_perplexities"] != pytest.approx(full["direct_perplexities"])
 
 
+@pytest.mark.kernels
 def test_max_length_is_capped_at_the_models_position_limit(tokenizer):
     short = build_model(len(tokenizer), max_position_embeddings=72)
     result = compute_ifd(INSTRUCTIONS, OUTPUTS, INPUTS, model=short, tokenizer=tokenizer, max_length=2048)
@@ -182,6 +188,7 @@ def test_max_length_is_capped_at_the_models_position_limit(tokenizer):
     assert result["num_valid"] == len(OUTPUTS)
 
 
+@pytest.mark.kernels
 def test_invalid_rows_get_nan_and_a_warning_and_leave_neighbours_alone(model, tokenizer, caplog):
     instructions = ["Write a poem.", "Summarise.", "A very long instruction that keeps going " * 6, "Name it."]
     outputs = ["The sea.", "", "Some answer.", "The fox."]
@@ -211,6 +218,7 @@ def test_ifd_above_one_is_a_valid_score_and_is_kept(model, tokenizer):
     assert result["num_valid"] == len(OUTPUTS)
 
 
+@pytest.mark.kernels
 def test_inputs_may_be_omitted_or_none(model, tokenizer):
     omitted = compute_ifd(INSTRUCTIONS, OUTPUTS, model=model, tokenizer=tokenizer)
     empty = compute_ifd(INSTRUCTIONS, OUTPUTS, [""] * len(OUTPUTS), model=model, tokenizer=tokenizer)
@@ -219,6 +227,7 @@ def test_inputs_may_be_omitted_or_none(model, tokenizer):
     assert_matches_naive(model, tokenizer, omitted, inputs=None)
 
 
+@pytest.mark.kernels
 def test_start_token_falls_back_to_eos_without_bos():
     tokenizer = build_tokenizer(bos=False, pad=False)
     model = build_model(len(tokenizer))
@@ -383,3 +392,17 @@ def test_the_reverse_ifd_prompt_is_checked_for_chatml_markers_too(model, tokeniz
         compute_ifd(["Say hi."], ["Hi!"], direction="reverse", model=model, tokenizer=tokenizer)
     [message] = marker_warnings(caplog)
     assert "reverse_template" in message
+
+
+def test_a_template_without_input_is_refused_for_rows_with_an_input(model, tokenizer):
+    """From the round-three review: silently wrong."""
+    with pytest.raises(ValueError, match=r"\{input\}"):
+        compute_ifd(["Translate.", "Translate."], ["Bonjour.", "Bonjour."], ["Good morning.", "Hello."],
+                    template="Q: {instruction}\nA: ", model=model, tokenizer=tokenizer)
+
+
+def test_a_reverse_template_without_output_is_refused(model, tokenizer):
+    """From the round-three review: silently wrong."""
+    with pytest.raises(ValueError, match=r"\{output\}"):
+        compute_ifd(["Say hi."], ["Hi!"], direction="reverse", reverse_template="Write the instruction: ",
+                    model=model, tokenizer=tokenizer)

@@ -26,6 +26,7 @@ def ifd_metric():
 
 
 @pytest.mark.parametrize("mode", ["ppl_ratio", "loss_ratio"])
+@pytest.mark.kernels
 def test_metric_returns_the_numbers_of_compute_ifd(ifd_metric, model, tokenizer, mode):
     result = ifd_metric.compute(instructions=INSTRUCTIONS, inputs=INPUTS, outputs=OUTPUTS, model=model,
                                 tokenizer=tokenizer, mode=mode, batch_size=2)
@@ -67,6 +68,7 @@ def test_metric_names_a_bad_row_before_casting(ifd_metric, model, tokenizer):
 
 
 @pytest.mark.slow
+@pytest.mark.kernels
 def test_real_default_model_matches_naive_reference_on_three_rows(ifd_metric):
     """Loads the real default model (SmolLM2-135M-Instruct, embedded GGUF); the exactness criterion
     holds for both perplexities and both IFD modes."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from hf_adapters.backends import TransformersBackend
 from hf_adapters.ifeval.end_to_end import METRICS, make_sample, results_table
 from hf_adapters.ifeval.prompts import prompt_token_ids, read_prompts
 from hf_adapters.ifeval.responses import strip_thinking
+from hf_adapters.ifeval.run_folder import recover_samples
 from tests.conftest import read_jsonl, write_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -227,3 +229,62 @@ def test_ctrl_c_before_any_response_is_saved_says_so(model_dir, tmp_path, capsys
     assert run("--model", model_dir, "--limit", "3", "--output", str(tmp_path / "out")) == cli.INTERRUPTED
     assert capsys.readouterr().err.splitlines()[-1] == (f"Interrupted before any response was saved in "
                                                         f"{tmp_path / 'out'}; the same command starts again.")
+
+
+# --- From the round-four review: a blank or bad line in the middle of a run's samples -----------------------
+
+def sample(key: int) -> dict:
+    return {"key": key, "prompt": "p", "response": f"response {key}"}
+
+
+def lines(*texts: str) -> bytes:
+    return "".join(texts).encode("utf-8")
+
+
+def test_a_blank_or_bad_line_mid_samples_skips_only_that_line_and_names_it(tmp_path, caplog):
+    """From the round-four review, case 7."""
+    path = tmp_path / "samples.jsonl"
+    whole = [json.dumps(sample(key)) + "\n" for key in range(4)]
+    content = lines(whole[0], "\n", whole[1], "{not json\n", whole[2], "[1, 2]\n", whole[3])
+    path.write_bytes(content)
+    with caplog.at_level(logging.WARNING):
+        assert recover_samples(path) == [sample(key) for key in range(4)]
+    assert path.read_bytes() == content  # nothing cut: the later samples stay in the file
+    [warning] = caplog.messages
+    assert "line 2 (blank)" in warning and "line 4 (not JSON)" in warning and "line 6 (not a sample" in warning
+
+
+def test_only_a_torn_last_sample_line_is_cut_off_and_it_is_named(tmp_path, caplog):
+    """From the round-four review, case 7."""
+    path = tmp_path / "samples.jsonl"
+    kept = lines(json.dumps(sample(0)) + "\n", "\n", json.dumps(sample(1)) + "\n")
+    path.write_bytes(kept + b'{"key": 2, "prompt": "to')
+    with caplog.at_level(logging.WARNING):
+        assert recover_samples(path) == [sample(0), sample(1)]
+    assert path.read_bytes() == kept
+    assert "line 4 (torn" in caplog.text and "line 2 (blank)" in caplog.text
+
+
+def test_a_run_resumed_over_a_blank_line_keeps_every_sample_after_it(model_dir, tmp_path, monkeypatch, caplog):
+    """From the round-four review, case 7."""
+    folder = tmp_path / "out"
+    args = ["--model", model_dir, "--limit", "4", "--max-new-tokens", "3", "--output", str(folder)]
+    assert run(*args) == 0
+    finished = read_jsonl(folder / "samples.jsonl")
+    texts = (folder / "samples.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
+    (folder / "samples.jsonl").write_text(texts[0] + "\n" + "".join(texts[1:]), encoding="utf-8")
+    monkeypatch.setattr(TransformersBackend, "generate", lambda *a, **k: pytest.fail("nothing is left to generate"))
+    with caplog.at_level(logging.WARNING):
+        assert run(*args) == 0
+    assert read_jsonl(folder / "samples.jsonl") == finished
+    assert json.loads((folder / "results.json").read_text())["this_run"]["prompts_generated"] == 0
+    assert "line 2 (blank)" in caplog.text
+
+
+def test_a_sample_line_whose_key_is_a_list_is_skipped_not_a_traceback(tmp_path, caplog):
+    """From the round-four review, case 11."""
+    path = tmp_path / "samples.jsonl"
+    path.write_bytes(lines(json.dumps(dict(sample(0), key=[0])) + "\n", json.dumps(sample(1)) + "\n"))
+    with caplog.at_level(logging.WARNING):
+        assert recover_samples(path) == [sample(1)]
+    assert "line 1 (not a sample" in caplog.text

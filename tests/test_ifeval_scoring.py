@@ -1,10 +1,15 @@
-"""IFEval strict/loose wrapper, aggregation, row validation, tokenizers and language detection."""
+"""IFEval strict/loose wrapper, aggregation, row validation (at every entry point: prompt reader, scorer,
+column helper, metric, command), tokenizers and language detection."""
 
 import math
+from pathlib import Path
 
+import evaluate
 import langdetect
 import pytest
+from datasets import Dataset
 
+from hf_adapters import add_ifeval_columns, cli
 from hf_adapters.ifeval import (
     IFEvalInputError,
     aggregate,
@@ -15,7 +20,10 @@ from hf_adapters.ifeval import (
     score_rows,
 )
 from hf_adapters.ifeval.language import detect_language
+from hf_adapters.ifeval.prompts import check_prompt_rows, read_prompts
 from hf_adapters.ifeval.text import count_sentences, count_words, split_sentences, word_tokenize
+from hf_adapters.scorers import build_scorer
+from tests.conftest import write_jsonl
 
 
 def row(*pairs, key=None):
@@ -233,3 +241,67 @@ def test_language_detection_is_deterministic_and_leaves_the_global_seed_alone():
         langdetect.DetectorFactory.seed = None
     assert detect_language("") is None
     assert detect_language("1234 ...") is None
+
+
+# --- From the round-four review: a prompt key that cannot be one, and a row without instructions, refused at
+# every entry point -------------------------------------------------------------------------------------------
+
+METRIC_DIR = Path(__file__).resolve().parents[1] / "metrics" / "ifeval"
+
+
+ROW = {"key": 1, "prompt": "Say hi without commas.", "instruction_id_list": ["punctuation:no_comma"], "kwargs": [{}]}
+
+
+def run(*args: str) -> int:
+    return cli.main(["ifeval", "--no-progress", *args])
+
+
+@pytest.mark.parametrize("key", [[1, 2], {"id": 1}])
+def test_a_prompt_key_that_is_a_list_or_dict_is_a_value_error_naming_row_and_field(key, tmp_path, model_dir, capsys):
+    """From the round-four review, case 11."""
+    data = write_jsonl(tmp_path / "prompts.jsonl", [ROW, dict(ROW, key=key)])
+    with pytest.raises(ValueError, match=r"IFEval row 1: its 'key' must be an integer or a string"):
+        read_prompts(data)
+    with pytest.raises(ValueError, match=r"IFEval row 1: its 'key' must be an integer or a string"):
+        check_prompt_rows([ROW, dict(ROW, key=key)])
+    assert run("--model", model_dir, "--data", str(data), "--output", str(tmp_path / "out")) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: IFEval row 1: its 'key' must be") and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+
+
+EMPTY = dict(ROW, key=7, instruction_id_list=[], kwargs=[])
+
+
+EMPTY_MESSAGE = r"instruction_id_list \(row 1, key 7\) is empty"
+
+
+def test_the_prompt_reader_refuses_a_row_without_instructions(tmp_path, model_dir, capsys):
+    """From the round-four review, case 16c."""
+    data = write_jsonl(tmp_path / "prompts.jsonl", [ROW, EMPTY])
+    with pytest.raises(IFEvalInputError, match=EMPTY_MESSAGE):
+        read_prompts(data)
+    assert run("--model", model_dir, "--data", str(data), "--output", str(tmp_path / "out")) == 2
+    assert "instruction_id_list (row 1, key 7) is empty" in capsys.readouterr().err
+
+
+def test_the_scorer_and_its_column_helper_refuse_a_row_without_instructions():
+    """From the round-four review, case 16c."""
+    rows = [dict(ROW, response="Hi."), dict(EMPTY, response="Hi.")]
+    with pytest.raises(IFEvalInputError, match=EMPTY_MESSAGE):
+        build_scorer({"name": "IFEvalScorer"}).check_rows(rows)
+    with pytest.raises(IFEvalInputError, match=EMPTY_MESSAGE):
+        add_ifeval_columns(Dataset.from_list(rows))
+
+
+def test_the_metric_and_compute_ifeval_refuse_a_row_without_instructions():
+    """From the round-four review, case 16c."""
+    with pytest.raises(IFEvalInputError, match=EMPTY_MESSAGE):
+        compute_ifeval(["Hi.", "Hi."], [ROW, EMPTY])
+    with pytest.raises(IFEvalInputError, match=EMPTY_MESSAGE):
+        evaluate.load(str(METRIC_DIR)).compute(predictions=["Hi.", "Hi."], references=[ROW, EMPTY])
+
+
+def test_every_packaged_prompt_has_an_instruction():
+    """From the round-four review, case 16c."""
+    assert all(row["instruction_id_list"] for row in read_prompts())

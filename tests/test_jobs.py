@@ -3,6 +3,7 @@ and runs under ``accelerate launch`` with 2 CPU processes."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -18,8 +19,10 @@ import torch
 from datasets import Dataset
 
 from hf_adapters import cli
+from hf_adapters.backends import TransformersBackend
+from hf_adapters.backends.transformers import cpu_kernels
 from hf_adapters.engines.local import JobConflictError, run_scoring_job, score_dataset, shard_range, work_dir_for
-from hf_adapters.scorers import SCORERS, PPLScorer, RowScorer, build_scorer, register_scorer
+from hf_adapters.scorers import SCORERS, PerplexityScorer, PPLScorer, RowScorer, build_scorer, register_scorer
 
 REPO = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
@@ -513,3 +516,96 @@ def test_the_manifest_tells_a_cpu_float32_job_from_a_gpu_bfloat16_one(tmp_path, 
     gpu = PPLScorer(model=str(folder), device="cuda").model_identity()
     assert (cpu["dtype"], cpu["device_type"]) == ("float32", "cpu")
     assert (gpu["dtype"], gpu["device_type"]) == ("bfloat16", "cuda")
+
+
+# --- From the round-four review: what a resumed job may reuse, and what a refusal says ----------------------
+
+def killed_after_one_chunk(backend_class: type[TransformersBackend]) -> type[TransformersBackend]:
+    """``backend_class``, dying (like a killed process) when asked to score a second chunk."""
+
+    class KilledAfterOneChunk(backend_class):
+        calls = 0
+
+        def score(self, items, **settings):
+            KilledAfterOneChunk.calls += 1
+            if KilledAfterOneChunk.calls > 1:
+                raise KeyboardInterrupt
+            return super().score(items, **settings)
+
+    return KilledAfterOneChunk
+
+
+class Anonymous(TransformersBackend):
+    """A backend that cannot say what it runs."""
+
+    def identity(self):
+        return None
+
+
+def test_a_job_never_resumes_with_the_results_of_a_backend_without_identity(tmp_path, model, tokenizer):
+    """From the round-four review, case 5."""
+    rows = Dataset.from_list([{"id": f"r{i}", "text": "ab " * (i + 1)} for i in range(12)])
+    output = tmp_path / "scores.jsonl"
+
+    first = PerplexityScorer(backend=killed_after_one_chunk(Anonymous)(model, tokenizer), batch_size=4)
+    with pytest.raises(KeyboardInterrupt):
+        run_scoring_job(rows, first, output, progress=False)
+    assert read_jsonl(work_dir_for(output) / "rank-00000.jsonl")  # the first chunk was kept
+    second = PerplexityScorer(backend=Anonymous(model, tokenizer), batch_size=4)
+    with pytest.raises(JobConflictError, match="identity"):
+        run_scoring_job(rows, second, output, progress=False)
+    summary = run_scoring_job(rows, second, output, progress=False, overwrite=True)
+    assert summary.scored == 12
+
+
+def test_a_resumed_job_reuses_the_first_runs_cpu_kernel_choice(tmp_path, model, tokenizer, monkeypatch):
+    """From the round-four review, case 6."""
+    monkeypatch.setenv(cpu_kernels.CPU_LINEAR_ENV, "auto")
+    monkeypatch.setattr(cpu_kernels, "_measured", {})
+    monkeypatch.setattr(cpu_kernels, "_measured_long", {})
+    if not cpu_kernels.onednn_linear_available():
+        pytest.skip("oneDNN linear is not available in this PyTorch build")
+    rows = Dataset.from_list([{"id": f"r{i}", "text": "ab " * (i + 1)} for i in range(12)])
+    output = tmp_path / "scores.jsonl"
+    chosen = iter(["onednn", "default"])  # the first run measures oneDNN faster, the resumed one the BLAS
+
+    def measure(shapes, rows=cpu_kernels.MEASURE_ROWS, **kwargs):
+        faster = next(chosen)
+        return {"default": 2.0 if faster == "default" else 1.0, "onednn": 2.0 if faster == "onednn" else 1.0}
+
+    monkeypatch.setattr(cpu_kernels, "measure_linear_rates", measure)
+
+    def scorer(backend_class):
+        backend = backend_class(model, tokenizer)
+        backend.identity = lambda: {"model": "tiny"}
+        return PerplexityScorer(backend=backend, batch_size=4)
+
+    with pytest.raises(KeyboardInterrupt):
+        run_scoring_job(rows, scorer(killed_after_one_chunk(TransformersBackend)), output, progress=False)
+    cpu_kernels._measured.clear()  # a new process: nothing measured yet
+    kernels = []
+    monkeypatch.setattr(cpu_kernels, "OneDNNLinear", lambda: kernels.append("onednn") or contextlib.nullcontext())
+    run_scoring_job(rows, scorer(TransformersBackend), output, progress=False)
+    assert kernels and set(kernels) == {"onednn"}
+
+
+def test_a_changed_stream_is_refused_without_row_counts_nobody_knows(tmp_path):
+    """From the round-four review, case 16."""
+    rows = make_rows(12)
+    output = tmp_path / "o.jsonl"
+    stream = Dataset.from_list(rows).to_iterable_dataset()
+    with pytest.raises(KeyboardInterrupt):
+        run_scoring_job(stream, CrashAfter(rows=4, batch_size=4), output, data_fingerprint="before", progress=False)
+    with pytest.raises(JobConflictError) as refusal:
+        run_scoring_job(stream, LengthRatioScorer(batch_size=4), output, data_fingerprint="after", progress=False)
+    assert "the input data changed" in str(refusal.value) and "None" not in str(refusal.value)
+
+
+def test_an_in_memory_job_still_says_how_many_rows_changed(tmp_path):
+    """From the round-four review, case 16."""
+    rows = make_rows(12)
+    output = tmp_path / "o.jsonl"
+    with pytest.raises(KeyboardInterrupt):
+        run_scoring_job(Dataset.from_list(rows), CrashAfter(rows=4, batch_size=4), output, progress=False)
+    with pytest.raises(JobConflictError, match="12 rows before, 13 now"):
+        run_scoring_job(Dataset.from_list(make_rows(13)), LengthRatioScorer(batch_size=4), output, progress=False)

@@ -41,6 +41,7 @@ def assert_matches_naive(model, tokenizer, items, scores, max_length=None):
 
 @pytest.mark.parametrize("max_padding", [0.0, 0.1, 1.0])
 @pytest.mark.parametrize("batch_size", [1, 2, 3, 16])
+@pytest.mark.kernels
 def test_scores_equal_naive_reference_for_any_batch_size(model, tokenizer, batch_size, max_padding):
     items = encode(tokenizer, TEXTS)
     scores = score_continuations(model, tokenizer, items, batch_size=batch_size, max_padding=max_padding)
@@ -48,6 +49,7 @@ def test_scores_equal_naive_reference_for_any_batch_size(model, tokenizer, batch
 
 
 @pytest.mark.parametrize("max_padding", [0.1, 1.0])
+@pytest.mark.kernels
 def test_scores_do_not_depend_on_order_or_token_budget(model, tokenizer, max_padding):
     items = encode(tokenizer, TEXTS * 3)
     reference = score_continuations(model, tokenizer, items, batch_size=1)
@@ -59,6 +61,7 @@ def test_scores_do_not_depend_on_order_or_token_budget(model, tokenizer, max_pad
         assert shuffled[position].nll == pytest.approx(reference[i].nll, rel=1e-5)
 
 
+@pytest.mark.kernels
 def test_cpu_batches_pad_at_most_ten_percent_and_build_no_attention_mask(model, tokenizer, monkeypatch):
     items = encode(tokenizer, TEXTS * 2) + [([5] * 40, [6] * 20), ([5] * 40, [6] * 18), ([5] * 40, [6] * 10)]
     batches = []
@@ -100,6 +103,7 @@ def _architecture(name: str, vocab_size: int):
 
 @pytest.mark.parametrize("architecture", ["gpt2 (learned absolute positions)", "mistral (sliding window)",
                                           "gemma2 (soft-capping, alternating sliding window)"])
+@pytest.mark.kernels
 def test_right_padding_without_mask_leaves_scores_exact_across_architectures(tokenizer, architecture):
     model = _architecture(architecture, len(tokenizer))
     items = encode(tokenizer, TEXTS) + [([5] * 30, [6] * 12)]
@@ -115,6 +119,7 @@ def test_empty_context_is_replaced_by_bos_so_first_token_is_scored(model, tokeni
     assert score.nll == pytest.approx(explicit.nll, rel=1e-6)
 
 
+@pytest.mark.kernels
 def test_start_token_falls_back_to_eos_without_bos():
     tokenizer = build_tokenizer(bos=False, pad=False)
     model = build_model(len(tokenizer))
@@ -124,6 +129,7 @@ def test_start_token_falls_back_to_eos_without_bos():
     assert_matches_naive(model, tokenizer, items, scores)
 
 
+@pytest.mark.kernels
 def test_truncation_keeps_context_and_scores_the_remaining_continuation(model, tokenizer):
     items = encode(tokenizer, TEXTS)
     scores = score_continuations(model, tokenizer, items, max_length=12, batch_size=4)
@@ -131,6 +137,7 @@ def test_truncation_keeps_context_and_scores_the_remaining_continuation(model, t
     assert any(score.truncated for score in scores)
 
 
+@pytest.mark.kernels
 def test_item_without_scored_token_gets_nan_and_leaves_neighbours_alone(model, tokenizer, caplog):
     items = encode(tokenizer, TEXTS)
     long_context = (list(range(5, 25)), [30, 31])
@@ -179,6 +186,7 @@ def test_output_layer_runs_only_at_scored_positions(model, tokenizer):
     assert sum(shape[0] for shape in seen_rows) == scored
 
 
+@pytest.mark.kernels
 def test_output_layer_is_chunked_for_large_vocabularies(model, tokenizer, monkeypatch):
     monkeypatch.setattr("hf_adapters.backends.transformers.model.OUTPUT_CHUNK_POSITIONS", 5)
     items = encode(tokenizer, TEXTS)
@@ -194,6 +202,7 @@ def test_output_layer_is_chunked_for_large_vocabularies(model, tokenizer, monkey
     assert_matches_naive(model, tokenizer, items, scores)
 
 
+@pytest.mark.kernels
 def test_cpu_output_chunks_keep_their_logits_within_the_byte_budget(model, tokenizer, monkeypatch):
     vocabulary = model.get_output_embeddings().weight.shape[0]
     monkeypatch.setattr("hf_adapters.backends.transformers.model.CPU_OUTPUT_CHUNK_BYTES", 3 * 4 * vocabulary + 1)
@@ -211,6 +220,7 @@ def test_cpu_output_chunks_keep_their_logits_within_the_byte_budget(model, token
 
 
 @pytest.mark.filterwarnings("ignore::hf_adapters.backends.transformers.cpu_kernels.SlowBfloat16Warning")
+@pytest.mark.kernels
 def test_bfloat16_model_scores_log_softmax_in_float32(tokenizer):
     model = build_model(len(tokenizer)).to(torch.bfloat16)
     items = encode(tokenizer, TEXTS)
@@ -237,12 +247,14 @@ def test_batches_are_longest_first_within_row_and_token_budgets():
 
 
 @pytest.mark.parametrize("batch_size", [1, 3, 16])
+@pytest.mark.kernels
 def test_packed_batches_equal_the_naive_reference(model, tokenizer, batch_size):
     items = encode(tokenizer, TEXTS * 2)
     scores = score_continuations(model, tokenizer, items, batch_size=batch_size, packing=True)
     assert_matches_naive(model, tokenizer, items, scores)
 
 
+@pytest.mark.kernels
 def test_packing_lays_items_end_to_end_with_restarting_positions_and_no_mask(model, tokenizer, monkeypatch):
     items = encode(tokenizer, TEXTS[:3])
     calls = []
@@ -274,6 +286,7 @@ def test_packing_is_the_default_for_flash_attention_models(model, tokenizer, mon
     assert layouts[0] is False and layouts[-1] is True
 
 
+@pytest.mark.kernels
 def test_an_item_that_begins_the_next_one_is_scored_in_its_forward_pass(model, tokenizer):
     # Two turns of one conversation, then a repeated row: three forward sequences, not five.
     history = tokenizer("User: Name a colour.\nAssistant:", add_special_tokens=False).input_ids

@@ -10,7 +10,8 @@ import pytest
 import torch
 from datasets import Dataset
 
-from hf_adapters.formulas.miwv import add_miwv_column, compute_miwv, nearest_rows
+from hf_adapters.columns.miwv_columns import add_miwv_column
+from hf_adapters.formulas.miwv import compute_miwv, nearest_rows
 from tests.conftest import float64_copy
 from tests.test_excess_loss import assert_exact_difference
 

@@ -1,12 +1,16 @@
-"""Model resolution, loading and the process-wide cache."""
+"""Model resolution, loading and the process-wide cache, and the model identity that jobs and caches compare."""
 
 import json
 import os
+import shutil
+from pathlib import Path
 
 import evaluate
 import pytest
 import torch
+from datasets import load_dataset
 
+from hf_adapters import add_ifd_column, cli
 from hf_adapters.backends import loading as models
 from hf_adapters.backends.loading import (
     DEFAULT_MODEL_ID,
@@ -14,13 +18,15 @@ from hf_adapters.backends.loading import (
     ModelSource,
     attention_implementation,
     candidate_sources,
+    clear_model_cache,
     embedded_default_source,
     load_model,
     model_identity,
     resolve_device,
     resolve_dtype,
 )
-from tests.conftest import build_model
+from hf_adapters.cli import main
+from tests.conftest import build_model, build_tokenizer, read_jsonl, write_config, write_jsonl
 
 
 @pytest.fixture
@@ -298,3 +304,123 @@ def test_a_changed_chat_template_or_tokenizer_file_changes_the_identity_and_load
             json.dump(config, handle)
     assert model_identity(saved_model_dir, device="cpu") != before
     assert load_model(saved_model_dir, device="cpu")[1] is not tokenizer
+
+
+def test_a_model_whose_weights_are_truncated_is_one_error_line(tmp_path, model_dir, capsys):
+    """From the round-four review."""
+    broken = tmp_path / "broken-model"
+    shutil.copytree(model_dir, broken)
+    weights = broken / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    data = write_jsonl(tmp_path / "rows.jsonl", [{"id": "a", "text": "ab"}])
+    scorer = tmp_path / "ppl.yaml"
+    scorer.write_text("name: PerplexityScorer\n", encoding="utf-8")
+    assert cli.main(["score", str(scorer), "--data", str(data), "--output", str(tmp_path / "o.jsonl"),
+                     "--model", str(broken), "--no-progress"]) == 2
+    assert "error: Could not load model" in capsys.readouterr().err
+
+
+# --- From the round-three review: a chat template change is a different model -------------------------------
+
+#: Two chat templates that render the same history differently; A refuses (raises) on a user turn holding
+#: "BOOM", which stands in for a kill -9 of the first run after its first chunk.
+TEMPLATE_A = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
+              "{% if 'BOOM' in m.content %}{{ raise_exception('killed') }}{% endif %}{% endfor %}"
+              "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+TEMPLATE_B = ("{% for m in messages %}### {{ m.role | upper }}: {{ m.content }}\n\n{% endfor %}"
+              "{% if add_generation_prompt %}### ASSISTANT: {% endif %}")
+
+
+CONVERSATIONS = [
+    [{"role": "user", "content": "Write a short poem about the sea."}, {"role": "assistant", "content": "Waves."}],
+    [{"role": "user", "content": "BOOM"}, {"role": "assistant", "content": "The quick brown fox."}],
+]
+
+
+def chat_model_dir(folder: Path, model, template: str) -> str:
+    """The tiny model with a tokenizer whose chat template is ``template`` (saved as chat_template.jinja)."""
+    tokenizer = build_tokenizer()
+    tokenizer.chat_template = template
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    assert (folder / "chat_template.jinja").is_file()
+    return str(folder)
+
+
+@pytest.mark.parametrize("name", ["chat_template.jinja", "special_tokens_map.json", "added_tokens.json",
+                                  "tokenizer_config.json"])
+def test_model_identity_covers_every_file_that_changes_the_tokens(tmp_path, model, name):
+    """From the round-three review: silently wrong."""
+    folder = Path(chat_model_dir(tmp_path / "m", model, TEMPLATE_A))
+    before = model_identity(str(folder), dtype="float32", device="cpu")
+    path = folder / name
+    if name == "chat_template.jinja":
+        path.write_text(TEMPLATE_B, encoding="utf-8")
+    elif name == "tokenizer_config.json":
+        config = json.loads(path.read_text(encoding="utf-8"))
+        path.write_text(json.dumps({**config, "chat_template": TEMPLATE_B}), encoding="utf-8")
+    else:
+        path.write_text(json.dumps({"additional_special_tokens": ["<x>"]} if name.startswith("special")
+                                   else {"<x>": 400}), encoding="utf-8")
+    assert model_identity(str(folder), dtype="float32", device="cpu") != before
+
+
+def test_a_conversation_job_does_not_resume_across_a_chat_template_change(tmp_path, model, capsys):
+    """From the round-three review: silently wrong."""
+    folder = tmp_path / "chat-model"
+    model_dir = chat_model_dir(folder, model, TEMPLATE_A)
+    data = write_jsonl(tmp_path / "rows.jsonl", [{"id": f"c{i}", "messages": c} for i, c in enumerate(CONVERSATIONS)])
+    config = write_config(tmp_path / "ifd.yaml", "name: IFDScorer\nturns: last\nmax_length: 128\nbatch_size: 1\n")
+    output, fresh = tmp_path / "scores.jsonl", tmp_path / "fresh.jsonl"
+
+    def score(path: Path) -> int:
+        return main(["score", config, "--data", str(data), "--output", str(path), "--model", model_dir,
+                     "--no-progress"])
+
+    try:
+        with pytest.raises(Exception, match="killed"):  # the first run dies after its first chunk
+            score(output)
+        assert not output.exists()
+        (folder / "chat_template.jinja").write_text(TEMPLATE_B, encoding="utf-8")
+        clear_model_cache()  # the next run is a new process
+        code = score(output)
+        if code != 0:  # refusing to mix with the old job's results is a fix
+            assert "changed" in capsys.readouterr().err
+            return
+        assert score(fresh) == 0
+        assert read_jsonl(output) == read_jsonl(fresh)
+    finally:
+        clear_model_cache(model_dir)
+
+
+def test_load_model_sees_a_changed_chat_template_in_the_same_process(tmp_path, model):
+    """From the round-three review: silently wrong."""
+    model_dir = chat_model_dir(tmp_path / "m", model, TEMPLATE_A)
+    try:
+        assert load_model(model_dir, dtype="float32", device="cpu")[1].chat_template == TEMPLATE_A
+        (Path(model_dir) / "chat_template.jinja").write_text(TEMPLATE_B, encoding="utf-8")
+        assert load_model(model_dir, dtype="float32", device="cpu")[1].chat_template == TEMPLATE_B
+    finally:
+        clear_model_cache(model_dir)
+
+
+def test_add_ifd_column_recomputes_conversations_after_a_chat_template_change(tmp_path, model):
+    """From the round-three review: silently wrong."""
+    model_dir = chat_model_dir(tmp_path / "m", model, TEMPLATE_B)
+    source = write_jsonl(tmp_path / "rows.jsonl", [{"messages": CONVERSATIONS[0]}])
+    ds = load_dataset("json", data_files=str(source), split="train", cache_dir=str(tmp_path / "cache"))
+    options = {"messages_column": "messages", "model_id": model_dir, "dtype": "float32", "device": "cpu",
+               "max_length": 128}
+    try:
+        first = add_ifd_column(ds, **options)["ifd"]
+        (Path(model_dir) / "chat_template.jinja").write_text(
+            TEMPLATE_B.replace("### ", ">> ").replace(": ", " says "), encoding="utf-8")
+        clear_model_cache(model_dir)  # not what this test is about (see the load_model test)
+        again = add_ifd_column(ds, **options)["ifd"]
+        fresh = add_ifd_column(ds, load_from_cache_file=False, **options)["ifd"]
+        assert fresh != pytest.approx(first)  # the template does change the score
+        assert again == pytest.approx(fresh)
+    finally:
+        clear_model_cache(model_dir)

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from hf_adapters import cli
-from hf_adapters.backends.transformers.openmp import WAIT_POLICY_ENV, wait_passively
+from hf_adapters.core.openmp import WAIT_POLICY_ENV, wait_passively
 from hf_adapters.engines.ray_columns import worker_environment
 
 

@@ -64,6 +64,7 @@ def assert_results_equal(actual, expected, rel=1e-5):
 
 
 @pytest.mark.parametrize("batch_size", [1, 3, 16])
+@pytest.mark.kernels
 def test_every_key_equals_naive_reference_for_any_batch_size(model, tokenizer, batch_size):
     result = compute_information_parity(
         PREDICTIONS, REFERENCES, model=model, tokenizer=tokenizer, batch_size=batch_size
@@ -138,6 +139,7 @@ def test_non_string_rows_raise_type_error_naming_the_row(model, tokenizer, predi
         compute_information_parity(predictions, references, model=model, tokenizer=tokenizer)
 
 
+@pytest.mark.kernels
 def test_truncation_scores_the_kept_tokens(model, tokenizer):
     result = compute_information_parity(PREDICTIONS, REFERENCES, model=model, tokenizer=tokenizer, max_length=6)
     start = start_token_id(tokenizer)
@@ -161,6 +163,7 @@ def test_evaluate_module_matches_function(model, tokenizer):
         metric.compute(predictions=["a", "b"], references=["a", 2], model=model, tokenizer=tokenizer)
 
 
+@pytest.mark.kernels
 def test_column_equals_function_scores(model, tokenizer):
     from datasets import Dataset
 
@@ -203,6 +206,7 @@ def test_column_rejects_missing_column(model, tokenizer):
                                       tokenizer=tokenizer)
 
 
+@pytest.mark.kernels
 def test_scorer_config_scores_rows_like_the_function(model, tokenizer, monkeypatch):
     monkeypatch.setattr(models, "load_model", lambda *args, **kwargs: (model, tokenizer))
     scorer = build_scorer({"name": "InformationParityScorer", "prediction_column": "fr", "batch_size": 2})

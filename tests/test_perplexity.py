@@ -1,9 +1,11 @@
 """The perplexity metric: evaluate's canonical definition, computed exactly on the shared core."""
 
+import copy
 import math
 
 import evaluate
 import pytest
+import torch
 
 from hf_adapters.formulas.perplexity import compute_perplexity
 from tests.conftest import assert_exact, build_model, build_tokenizer, naive_nll
@@ -34,6 +36,7 @@ def metric():
 
 
 @pytest.mark.parametrize("batch_size", [1, 2, 16])
+@pytest.mark.kernels
 def test_metric_equals_naive_one_at_a_time_perplexity(metric, model, tokenizer, batch_size):
     result = metric.compute(predictions=TEXTS, model=model, tokenizer=tokenizer, batch_size=batch_size)
     def naive(m):
@@ -43,6 +46,7 @@ def test_metric_equals_naive_one_at_a_time_perplexity(metric, model, tokenizer, 
     assert_exact([result["perplexities"], result["mean_perplexity"]], naive, model)
 
 
+@pytest.mark.kernels
 def test_corpus_perplexity_is_exp_of_total_nll_over_total_tokens(model, tokenizer):
     result = compute_perplexity(TEXTS, model=model, tokenizer=tokenizer)
     def naive(m):
@@ -53,12 +57,14 @@ def test_corpus_perplexity_is_exp_of_total_nll_over_total_tokens(model, tokenize
     assert_exact(result["corpus_perplexity"], naive, model)
 
 
+@pytest.mark.kernels
 def test_without_start_token_the_first_token_is_context(model, tokenizer):
     result = compute_perplexity(TEXTS, model=model, tokenizer=tokenizer, add_start_token=False)
     assert_exact(result["perplexities"],
                  lambda m: [naive_perplexity(m, tokenizer, text, add_start_token=False) for text in TEXTS], model)
 
 
+@pytest.mark.kernels
 def test_empty_text_gets_nan_and_others_keep_their_scores(metric, model, tokenizer):
     result = metric.compute(predictions=["", TEXTS[0], ""], model=model, tokenizer=tokenizer)
     assert math.isnan(result["perplexities"][0]) and math.isnan(result["perplexities"][2])
@@ -77,6 +83,7 @@ def test_single_string_instead_of_a_list_is_refused(model, tokenizer):
         compute_perplexity("just one text", model=model, tokenizer=tokenizer)
 
 
+@pytest.mark.kernels
 def test_fifty_thousand_character_text_is_truncated_to_the_model_limit(model, tokenizer, caplog):
     long_text = ("The quick brown fox jumps over the lazy dog. " * 1200)[:50_000]
     result = compute_perplexity([long_text, TEXTS[1]], model=model, tokenizer=tokenizer)
@@ -85,6 +92,7 @@ def test_fifty_thousand_character_text_is_truncated_to_the_model_limit(model, to
     assert_exact(result["perplexities"][1], lambda m: naive_perplexity(m, tokenizer, TEXTS[1]), model)
 
 
+@pytest.mark.kernels
 def test_max_length_truncates_start_token_included(model, tokenizer):
     ids = tokenizer(TEXTS[0], add_special_tokens=False).input_ids
     result = compute_perplexity([TEXTS[0]], model=model, tokenizer=tokenizer, max_length=5)
@@ -97,6 +105,7 @@ def test_max_length_truncates_start_token_included(model, tokenizer):
     assert_exact(result["perplexities"][0], naive, model)
 
 
+@pytest.mark.kernels
 def test_tokenizer_without_pad_or_bos_token_uses_eos_to_start():
     tokenizer = build_tokenizer(bos=False, pad=False)
     model = build_model(len(tokenizer), seed=1)
@@ -114,9 +123,20 @@ def test_missing_predictions_is_an_error_naming_them_not_a_cache_file_message(me
         metric.compute(predictions=None)
 
 
+@pytest.mark.kernels
 def test_metric_with_the_opendataarena_convention_scores_every_token_after_the_first(metric, model, tokenizer):
     texts = ["The cat sat on the mat.", "Write a short poem about the sea."]
     result = metric.compute(predictions=texts, model=model, tokenizer=tokenizer, convention="opendataarena")
     ids = [tokenizer(text).input_ids for text in texts]
     assert_exact(result["perplexities"], lambda m: [
         math.exp(naive_nll(m, row[:1], row[1:], tokenizer.bos_token_id)[0] / (len(row) - 1)) for row in ids], model)
+
+
+def test_corpus_perplexity_past_float_range_is_inf(model, tokenizer):
+    """From the round-three review: jobs that never finish."""
+    sharp = copy.deepcopy(model)
+    with torch.no_grad():
+        sharp.get_output_embeddings().weight.mul_(1e4)  # confident and wrong: mean NLL far above 709
+    result = compute_perplexity(["The quick brown fox jumps over the lazy dog."], model=sharp, tokenizer=tokenizer)
+    assert result["perplexities"][0] == math.inf
+    assert result["corpus_perplexity"] == math.inf

@@ -4,42 +4,20 @@ tiny model gives the single-process job's output, and bad options are clear erro
 from __future__ import annotations
 
 import json
-import logging
 import math
 import os
+import random
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from hf_adapters import cli
 from hf_adapters.engines.ray_cluster import INSTALL_HINT
+from tests.conftest import build_model, build_tokenizer, write_jsonl
 from tests.spaces_fixtures import ROOT, tiny_model_dir_fixture  # noqa: F401  (fixture)
-
-#: Set before Ray is imported: no usage report, no auth token written to ~/.ray.
-QUIET_RAY = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
-
-
-@pytest.fixture(scope="module")
-def ray_cluster() -> Iterator[object]:
-    """A local Ray cluster of 2 CPUs for this module, whose workers import this checkout of hf_adapters."""
-    pytest.importorskip("ray")
-    saved = {name: os.environ.get(name) for name in [*QUIET_RAY, "PYTHONPATH"]}
-    os.environ.update(QUIET_RAY)
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), saved["PYTHONPATH"]]))
-    import ray
-
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
-             logging_level=logging.ERROR, object_store_memory=100 * 1024**2)
-    try:
-        yield ray
-    finally:
-        ray.shutdown()
-        for name, value in saved.items():
-            os.environ.pop(name) if value is None else os.environ.__setitem__(name, value)
 
 
 @pytest.fixture
@@ -169,12 +147,11 @@ def test_options_that_make_no_sense_together_are_refused(config, rows, tmp_path,
 
 
 def test_the_ray_engine_refuses_to_run_under_accelerate_launch():
-    from hf_adapters.cli.score_command import check_engine_options
+    from hf_adapters.engines import RayEngine, ScoringJob
 
-    args = cli.build_parser().parse_args(["score", "c.yaml", "--data", "d.jsonl", "--output", "o.jsonl",
-                                          "--engine", "ray"])
+    job = ScoringJob.plan({"name": "PPLScorer"}, data="d.jsonl", output="o.jsonl")
     with pytest.raises(ValueError, match=r"not under accelerate launch \(2 processes\)"):
-        check_engine_options(args, num_processes=2)
+        RayEngine.check(job, num_processes=2)
 
 
 def test_zero_workers_is_an_argument_error(config, rows, tmp_path, capsys):
@@ -233,3 +210,68 @@ def test_a_workers_failure_is_told_by_its_last_error_line():
               "OSError: Error no file named model.safetensors found in directory /models/tiny.\n")
     assert worker_error(RuntimeError(report)) == \
         "OSError: Error no file named model.safetensors found in directory /models/tiny."
+
+
+# --- From the round-four review: a pinned CPU kernel gives the single-process file byte for byte, and a
+# worker's failure is told by its own exception at once ------------------------------------------------
+
+WORDS = ("the quick brown fox jumps over a lazy dog write short poem about sea summarise text below cats are "
+         "small mammals explain why sky is blue list three colours").split()
+
+
+def instruction_rows(count: int, seed: int = 0) -> list[dict]:
+    """``count`` Alpaca-like rows of varied length: an instruction, an input in every third, an output.
+    Short texts, so that many are scored alone in products of a few positions, whose sums MKL orders
+    by its thread count."""
+    generator = random.Random(seed)
+
+    def text(low: int, high: int) -> str:
+        return " ".join(generator.choice(WORDS) for _ in range(generator.randint(low, high)))
+
+    return [{"id": f"row-{i}", "instruction": text(1, 6), "input": text(0, 20) if i % 3 == 0 else "",
+             "output": text(1, 10)} for i in range(count)]
+
+
+def write_config(folder: Path, name: str, model: str) -> str:
+    path = folder / f"{name}.yaml"
+    path.write_text(f"name: {name}\nmodel: {model}\nbatch_size: 8\nmax_length: 128\n", encoding="utf-8")
+    return str(path)
+
+
+@pytest.mark.usefixtures("ray_cluster")
+@pytest.mark.parametrize("scorer", ["PPLScorer", "IFDScorer"])
+def test_with_the_cpu_kernel_pinned_two_workers_write_the_single_process_file_byte_for_byte(
+        model_dir, tmp_path, monkeypatch, scorer):
+    """From the round-four review."""
+    # Set after the cluster started: the workers see it only if the job hands it to them.
+    monkeypatch.setenv("HF_ADAPTERS_CPU_LINEAR", "default")
+    rows = write_jsonl(tmp_path / "rows.jsonl", instruction_rows(160))
+    config = write_config(tmp_path, scorer, model_dir)
+    assert score(config, rows, tmp_path / "plain.jsonl") == 0
+    assert score(config, rows, tmp_path / "ray.jsonl", "--engine", "ray", "--num-workers", "2") == 0
+    assert (tmp_path / "ray.jsonl").read_bytes() == (tmp_path / "plain.jsonl").read_bytes()
+
+
+@pytest.fixture(scope="module")
+def small_vocabulary_model_dir(tmp_path_factory) -> str:
+    """A model folder that loads, with 100 embeddings where its tokenizer makes ids up to 400: every
+    forward pass fails in the worker (IndexError), after the driver's checks passed."""
+    folder = tmp_path_factory.mktemp("small-vocabulary-model")
+    build_model(100).save_pretrained(folder)
+    build_tokenizer().save_pretrained(folder)
+    return str(folder)
+
+
+@pytest.mark.usefixtures("ray_cluster")
+def test_a_failure_in_a_worker_is_told_by_its_own_exception_at_once(small_vocabulary_model_dir, tmp_path, capsys):
+    """From the round-four review."""
+    rows = write_jsonl(tmp_path / "rows.jsonl", instruction_rows(40))
+    config = write_config(tmp_path, "PPLScorer", small_vocabulary_model_dir)
+    started = time.perf_counter()
+    result = score(config, rows, tmp_path / "ray.jsonl", "--engine", "ray", "--num-workers", "1")
+    elapsed = time.perf_counter() - started
+    err = capsys.readouterr().err
+    assert result == 1
+    assert err.strip().splitlines() == ["error: Scoring failed in a Ray worker: IndexError: index out of range in self"]
+    assert elapsed < 60, f"{elapsed:.0f} s to stop"
+    assert not any(path.name.startswith("ray.jsonl") for path in tmp_path.iterdir())

@@ -14,7 +14,7 @@ import pytest
 from hf_adapters.backends.loading import embedded_default_source
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 FENCE = re.compile(r"^(```|~~~).*?^\1[ \t]*$", re.S | re.M)
 LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\[\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 
@@ -88,7 +88,8 @@ def test_the_map_of_pages_links_every_page():
     that the link pattern finds links)."""
     assert "docs/index.md" in relative_links(ROOT / "README.md")
     mapped = {target.partition("#")[0] for target in relative_links(ROOT / "docs" / "index.md")}
-    pages = {page.name for page in PAGES if page.parent.name == "docs"} - {"index.md"}
+    docs = ROOT / "docs"
+    pages = {page.relative_to(docs).as_posix() for page in PAGES if docs in page.parents} - {"index.md"}
     assert pages and pages <= mapped, f"pages missing from docs/index.md: {sorted(pages - mapped)}"
 
 

@@ -10,11 +10,12 @@ import pytest
 import torch
 from datasets import Dataset
 
+from hf_adapters.cli import main
 from hf_adapters.core.likelihood import start_token_id
 from hf_adapters.core.texts import rolling_items
 from hf_adapters.formulas.perplexity import compute_perplexity
 from hf_adapters.scorers import ConfigError, build_scorer
-from tests.conftest import assert_exact, build_model
+from tests.conftest import LONG_CJK, assert_exact, build_model, read_jsonl, write_config, write_jsonl
 
 DOCUMENT = " ".join(f"Line {i}: the quick brown fox jumps over the lazy dog near river {i % 7}." for i in range(12))
 TEXTS = [DOCUMENT, "A short text.", "", DOCUMENT[:300]]
@@ -156,3 +157,14 @@ def test_metric_column_and_config_give_the_same_rolling_perplexities(model, toke
     rows = [{"instruction": text, "input": "", "output": ""} for text in TEXTS if text]
     scorer = build_scorer({"name": "PPLScorer", "max_length": 32, "stride": 8})
     assert scorer.score_rows(rows) == pytest.approx([p for t, p in zip(TEXTS, expected, strict=True) if t], rel=1e-6)
+
+
+def test_a_score_job_with_stride_finishes_on_text_without_white_space(tmp_path, model_dir):
+    """From the round-three review: jobs that never finish."""
+    data = write_jsonl(tmp_path / "rows.jsonl", [{"id": "zh", "text": LONG_CJK}, {"id": "en", "text": "Cats."}])
+    config = write_config(tmp_path / "ppl.yaml",
+                          "name: PerplexityScorer\ntext_column: text\nmax_length: 64\nstride: 32\n")
+    output = tmp_path / "scores.jsonl"
+    assert main(["score", config, "--data", str(data), "--output", str(output), "--model", model_dir,
+                 "--no-progress"]) == 0
+    assert all(math.isfinite(line["score"]) for line in read_jsonl(output))

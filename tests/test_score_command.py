@@ -2,18 +2,28 @@
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import json
+import logging
+import math
 import os
 import re
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from hf_adapters import cli
+from hf_adapters.cli import main
 from hf_adapters.core.texts import ppl_text
+from hf_adapters.engines.local import work_dir_for
 from hf_adapters.formulas.ifd import compute_ifd
 from hf_adapters.formulas.perplexity import compute_perplexity
 from hf_adapters.scorers import RowScorer, register_scorer
+from tests.conftest import job_rows, read_jsonl, write_jsonl
+from tests.test_jobs import make_rows
 
 
 @register_scorer
@@ -364,3 +374,147 @@ def test_a_score_file_of_rows_without_ids_joins_to_its_data_by_row_number(tmp_pa
     assert cli.main(["select", "--data", str(data), "--scores", str(scores), "--top-n", "2",
                      "--output", str(selected)]) == 2
     assert "Row 0: the data's id 0 differs from the score file's 3" in capsys.readouterr().err
+
+
+# --- From the round-four review: what ``--keep-columns`` writes, where a job may write, and rows named in
+# warnings ------------------------------------------------------------------------------------------------------
+
+def parquet_rows(tmp_path, table: pa.Table, name: str = "rows.parquet"):
+    folder = tmp_path / "data"
+    folder.mkdir(exist_ok=True)
+    pq.write_table(table, folder / name)
+    return folder / name
+
+
+def score(tmp_path, data, output, *extra) -> int:
+    return cli.main(["score", config(tmp_path), "--data", str(data), "--output", str(output), "--no-progress", *extra])
+
+
+def read_parquet_folder(folder) -> pa.Table:
+    return pa.concat_tables([pq.read_table(path) for path in sorted(folder.glob("part-*.parquet"))])
+
+
+TYPED = pa.table({
+    "id": pa.array(["a", "b", "c"]),
+    "output": pa.array(["xx", "", "yyy"]),
+    "when": pa.array([1_000_000_001, 2_000_000_002, 3], pa.timestamp("ns")),
+    "small": pa.array([1, -2, 3], pa.int8()),
+    "counts": pa.array([[1], [2, 3], []], pa.list_(pa.int32())),
+    "price": pa.array([decimal.Decimal("1.50"), decimal.Decimal("22.25"), None], pa.decimal128(10, 2)),
+    "label": pa.array(["cat", "dog", "cat"]).dictionary_encode(),
+    "big": pa.array([2**63 + 5, 1, 2**64 - 1], pa.uint64()),
+})
+
+
+@pytest.mark.parametrize("streaming", [[], ["--streaming"]])
+def test_kept_parquet_columns_keep_their_types_and_values(tmp_path, streaming):
+    """From the round-four review, cases 2 and 3."""
+    data = parquet_rows(tmp_path, TYPED)
+    output = tmp_path / "scores"
+    assert score(tmp_path, data, output, "--output-format", "parquet", "--keep-columns", "--rows-per-shard", "2",
+                 *streaming) == 0
+    table = read_parquet_folder(output)
+    assert table.schema.remove_metadata() == TYPED.schema.append(pa.field("score", pa.float64()))
+    assert table.drop_columns(["score"]).to_pylist() == TYPED.to_pylist()
+    assert table.column("score").to_pylist() == [2.0, None, 3.0]
+
+
+@pytest.mark.parametrize("streaming", [[], ["--streaming"]])
+@pytest.mark.parametrize("late", [["x"], {"k": 1}, "text"])
+def test_a_column_empty_in_the_first_shard_and_filled_later_is_written(tmp_path, streaming, late):
+    """From the round-four review, cases 2 and 3."""
+    rows = [{"id": f"r{i}", "output": "ab", "extra": (late if i >= 5 else None)} for i in range(8)]
+    rows[1]["extra"] = [] if isinstance(late, list) else rows[1]["extra"]
+    data = write_jsonl(tmp_path / "rows.jsonl", rows)
+    output = tmp_path / "scores"
+    assert score(tmp_path, data, output, "--output-format", "parquet", "--keep-columns", "--rows-per-shard", "2",
+                 *streaming) == 0
+    assert read_parquet_folder(output).column("extra").to_pylist() == [row["extra"] for row in rows]
+    assert not (tmp_path / "scores.tmp").exists()
+
+
+@pytest.mark.parametrize("streaming", [[], ["--streaming"]])
+def test_jsonl_keeps_the_rows_columns_both_ways(tmp_path, streaming):
+    """From the round-four review, cases 2 and 3."""
+    rows = [{"id": f"r{i}", "output": "ab", "extra": (["x"] if i >= 5 else None)} for i in range(8)]
+    output = tmp_path / "scores.jsonl"
+    assert score(tmp_path, write_jsonl(tmp_path / "rows.jsonl", rows), output, "--keep-columns", *streaming) == 0
+    assert read_jsonl(output) == [{**row, "score": 2.0} for row in rows]
+
+
+@pytest.mark.parametrize("streaming", [[], ["--streaming"]])
+@pytest.mark.parametrize("kind", ["jsonl", "parquet"])
+def test_a_data_column_named_score_is_refused_both_ways(tmp_path, capsys, streaming, kind):
+    """From the round-four review, case 4."""
+    rows = [{"id": f"r{i}", "output": "ab", "score": 0.5} for i in range(6)]
+    data = (write_jsonl(tmp_path / "rows.jsonl", rows) if kind == "jsonl"
+            else parquet_rows(tmp_path, pa.Table.from_pylist(rows)))
+    output = tmp_path / "scores.jsonl"
+    assert score(tmp_path, data, output, "--keep-columns", *streaming) == 2
+    assert "column 'score'" in capsys.readouterr().err
+    assert not output.exists() and not work_dir_for(output).exists()
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "parquet"])
+def test_an_output_whose_work_files_the_data_glob_would_match_is_refused(tmp_path, capsys, kind):
+    """From the round-four review, case 8."""
+    folder = tmp_path / "ee"
+    (folder / "sub").mkdir(parents=True)
+    if kind == "jsonl":
+        write_jsonl(folder / "sub" / "rows.jsonl", make_rows(6))
+        pattern, output = f"{folder}/**/*.jsonl", folder / "scores.out"
+        extra = []
+    else:
+        pq.write_table(pa.Table.from_pylist(make_rows(6)), folder / "sub" / "rows.parquet")
+        pattern, output = f"{folder}/**/*.parquet", folder / "scores"
+        extra = ["--output-format", "parquet"]
+    assert score(tmp_path, pattern, output, *extra) == 2
+    assert "matches the input data" in capsys.readouterr().err
+    assert not output.exists() and not work_dir_for(output).exists()
+
+
+def test_scores_of_kept_rows_are_finite_or_null(tmp_path):
+    """From the round-four review."""
+    rows = [{"id": "a", "output": ""}, {"id": "b", "output": "x"}]
+    output = tmp_path / "scores"
+    assert score(tmp_path, write_jsonl(tmp_path / "rows.jsonl", rows), output, "--output-format", "parquet",
+                 "--keep-columns") == 0
+    scores = read_parquet_folder(output).column("score").to_pylist()
+    assert scores[0] is None and scores[1] == 1.0 and not any(isinstance(s, float) and math.isnan(s) for s in scores)
+
+
+def test_timestamps_in_kept_jsonl_columns_are_iso_text(tmp_path):
+    """From the round-four review."""
+    table = pa.table({"id": ["a"], "output": ["x"], "when": pa.array([datetime.datetime(2024, 5, 1, 12)])})
+    output = tmp_path / "scores.jsonl"
+    assert score(tmp_path, parquet_rows(tmp_path, table), output, "--keep-columns") == 0
+    assert read_jsonl(output)[0]["when"] == "2024-05-01T12:00:00"
+
+
+def conversation_rows() -> list[dict]:
+    """24 conversations ``sample-1``... whose row 21 (``sample-22``) has an empty assistant turn."""
+    rows = [{"id": f"sample-{i + 1}", "messages": [{"role": "user", "content": f"Repeat {i}."},
+                                                   {"role": "assistant", "content": f"Done {i}."}]}
+            for i in range(24)]
+    rows[21]["messages"][1]["content"] = ""
+    return rows
+
+
+@pytest.mark.parametrize(("config", "rows", "message"), [
+    ("name: IFDScorer\n", job_rows(), "Row 21 (id='sample-22') has an empty output"),
+    ("name: IFDScorer\ndirection: reverse\n", job_rows("instruction"),
+     "Row 21 (id='sample-22') has an empty instruction"),
+    ("name: IFDScorer\nconvention: superfiltering\n", job_rows(), "Row 21 (id='sample-22')"),
+    ("name: IFDScorer\nturns: last\n", conversation_rows(), "Row 21 (id='sample-22'), turn 0 has an empty output"),
+], ids=["forward", "reverse", "peer", "conversation"])
+def test_a_job_warning_names_the_row_by_its_index_in_the_data_and_its_id(tmp_path, model_dir, caplog, config,
+                                                                         rows, message):
+    """From the round-four review, case 15."""
+    path = tmp_path / "config.yaml"
+    path.write_text(config + "max_length: 256\nbatch_size: 16\n", encoding="utf-8")
+    data = write_jsonl(tmp_path / "rows.jsonl", rows)
+    with caplog.at_level(logging.WARNING):
+        assert main(["score", str(path), "--data", str(data), "--output", str(tmp_path / "scores.jsonl"),
+                     "--model", model_dir, "--no-progress"]) == 0
+    assert message in caplog.text
+    assert "Row 5" not in caplog.text

@@ -10,8 +10,10 @@ import pytest
 from datasets import Dataset
 
 from hf_adapters import cli, select
+from hf_adapters.cli import main
 from hf_adapters.core.wording import noun_for
 from hf_adapters.curation.ranking import selection_indices
+from tests.conftest import instruction_rows, ppl_config, read_jsonl
 
 SCORES = [0.9, 1.3, math.nan, 0.7, None, 0.9, 0.2, 1.0, 0.95, 0.5]
 
@@ -101,3 +103,78 @@ def test_select_by_rule_imports_from_the_package():
 
     ds = Dataset.from_dict({"id": ["a", "b", "c"], "perplexity": [3.0, 1.5, 2.0]})
     assert select_by_rule(ds, "perplexity", top_n=2)["id"] == ["b", "c"]
+
+
+# --- From the round-three review ---------------------------------------------------------------------------
+
+def test_select_writes_passed_through_floats_with_every_digit(tmp_path):
+    """From the round-three review: data lost or changed in what we write."""
+    reward, score = 0.123456789012345678, 1.0316780754743269
+    data = write_jsonl(tmp_path / "rows.jsonl", [{"id": "a", "instruction": "q", "output": "a", "reward": reward},
+                                                 {"id": "b", "instruction": "q", "output": "b", "reward": 0.5}])
+    scores = write_jsonl(tmp_path / "scores.jsonl", [{"id": "a", "score": score}, {"id": "b", "score": 0.25}])
+    output = tmp_path / "selected.jsonl"
+    assert main(["select", "--data", str(data), "--scores", str(scores), "--top-n", "1", "--output", str(output)]) == 0
+    [row] = read_jsonl(output)
+    assert row["reward"] == reward
+    assert row["score"] == score
+
+
+def test_select_echoes_csv_ids_as_they_are_written(tmp_path):
+    """From the round-three review: data lost or changed in what we write."""
+    data = tmp_path / "rows.csv"
+    data.write_text("id,instruction,output\n001,Say a.,aa\n002,Say b.,bb\n1e3,Say c.,cc\n", encoding="utf-8")
+    scores = write_jsonl(tmp_path / "scores.jsonl", [{"id": "001", "score": 0.5}, {"id": "002", "score": 0.7},
+                                                     {"id": "1e3", "score": 0.6}])
+    output = tmp_path / "selected.jsonl"
+    assert main(["select", "--data", str(data), "--scores", str(scores), "--top-n", "3",
+                 "--output", str(output)]) == 0
+    assert [row["id"] for row in read_jsonl(output)] == ["001", "002", "1e3"]
+
+
+@pytest.mark.parametrize("kind", ["timestamp", "bytes"])
+def test_select_accepts_the_score_file_score_wrote_for_parquet_ids(tmp_path, model_dir, capsys, kind):
+    """From the round-three review: data lost or changed in what we write."""
+    import datetime
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = instruction_rows(3)
+    ids = ([datetime.datetime(2024, 1, day) for day in (1, 2, 3)] if kind == "timestamp"
+           else [f"r{i}".encode() for i in range(3)])
+    table = pa.table({"id": pa.array(ids, type=pa.timestamp("us") if kind == "timestamp" else pa.binary()),
+                      **{key: [row[key] for row in rows] for key in ("instruction", "input", "output")}})
+    data = tmp_path / "rows.parquet"
+    pq.write_table(table, data)
+    scores, selected = tmp_path / "scores.jsonl", tmp_path / "selected.jsonl"
+    code = main(["score", ppl_config(tmp_path), "--data", str(data), "--output", str(scores), "--model", model_dir,
+                 "--no-progress"])
+    if code != 0:  # refusing such ids up front, with a message, is also a fix
+        assert "id" in capsys.readouterr().err
+        return
+    assert main(["select", "--data", str(data), "--scores", str(scores), "--top-n", "2",
+                 "--output", str(selected)]) == 0
+    assert len(read_jsonl(selected)) == 2
+
+
+@pytest.mark.parametrize("bound", ["max_score", "min_score"])
+def test_select_refuses_a_nan_bound(bound):
+    """From the round-three review: silently wrong."""
+    ds = Dataset.from_dict({"id": ["a", "b"], "ifd": [0.5, 2.0]})
+    with pytest.raises(ValueError, match="NaN|nan"):
+        select(ds, "ifd", **{bound: float("nan")})
+
+
+def test_select_command_refuses_a_nan_max_score(tmp_path, capsys):
+    """From the round-three review: silently wrong."""
+    data = write_jsonl(tmp_path / "rows.jsonl", instruction_rows(2))
+    scores = write_jsonl(tmp_path / "scores.jsonl", [{"id": "r0", "score": 0.5}, {"id": "r1", "score": 2.0}])
+    output = tmp_path / "selected.jsonl"
+    try:
+        code = main(["select", "--data", str(data), "--scores", str(scores), "--max-score", "nan",
+                     "--output", str(output)])
+    except SystemExit as exit_:  # refused by argparse
+        code = exit_.code
+    assert code == 2 and not output.exists()
+    assert "nan" in capsys.readouterr().err.lower()

@@ -40,7 +40,6 @@ from tests.spaces_fixtures import load_app
 from tests.test_backends import TEXTS, naive_perplexities
 from tests.test_conversations import CONVERSATIONS, naive_conversation_ifd
 from tests.test_ifd import INPUTS, INSTRUCTIONS, OUTPUTS
-from tests.test_ray import ray_cluster  # noqa: F401  (fixture)
 
 REPO = Path(__file__).resolve().parents[1]
 NO_VLLM = "vLLM is not installed here: make test runs these in .venv-vllm (make vllm)"

@@ -64,7 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None, state: dict[str, Any], watch: _SigintWatch) -> int:
-    from hf_adapters.backends.transformers.openmp import wait_passively
+    from hf_adapters.core.openmp import wait_passively
 
     wait_passively()  # before any command imports torch
     from hf_adapters.cli.arguments import import_plugins, progress_settings_kept

@@ -11,30 +11,8 @@ import contextlib
 from collections.abc import Callable, Iterator
 
 from hf_adapters.core import plugins
-from hf_adapters.core.options import DEFAULT_BATCH_SIZE, DEFAULT_MODEL_ID, DTYPES
+from hf_adapters.core.options import DEFAULT_BATCH_SIZE, DEFAULT_MODEL_ID, DTYPES, positive_int
 from hf_adapters.core.plugins import BACKEND_GROUP, PLUGINS_VARIABLE, SCORER_GROUP
-
-
-def positive_int(text: str) -> int:
-    """An argument that must be a whole number of at least 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-def non_negative_float(text: str) -> float:
-    """An argument that must be a number of at least 0 (a fraction of a GPU, say)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a number of at least 0, got {text}")
-    return value
 
 
 def add_model_arguments(parser: argparse.ArgumentParser, *, overrides: bool = False, device: bool = True,

@@ -48,15 +48,15 @@ def embed(args: argparse.Namespace) -> int:
 
     from hf_adapters.backends import resolve_backend
     from hf_adapters.files.data_io import read_rows
-    from hf_adapters.files.json_values import to_json_value, write_atomically
-    from hf_adapters.files.output_paths import check_output_path
-    from hf_adapters.formulas.embeddings import (
+    from hf_adapters.files.embedding_files import (
         RECORD_FORMAT,
         embedded_columns,
         read_columns,
         record_path,
         rows_fingerprint,
     )
+    from hf_adapters.files.json_values import to_json_value, write_atomically
+    from hf_adapters.files.output_paths import check_output_path
 
     output = Path(args.output)
     temporary, record = output.with_name(output.name + ".tmp"), record_path(output)

@@ -51,7 +51,7 @@ def diverse_rows(args: argparse.Namespace, dataset: Any, scores: list[float],
     """The rows ``--diversity`` keeps, on the embeddings of ``--embeddings`` (memory-mapped, and
     checked against its record of the rows it was embedded for)."""
     from hf_adapters.curation.diversity import diverse_selection
-    from hf_adapters.formulas.embeddings import load_embeddings
+    from hf_adapters.files.embedding_files import load_embeddings
 
     if not args.embeddings:
         raise ValueError("--diversity needs --embeddings: the .npy file `hf-adapters embed` wrote for the data.")

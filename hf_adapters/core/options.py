@@ -7,6 +7,7 @@ where it is built, and an unknown or bad one is named before any model is loaded
 
 from __future__ import annotations
 
+import argparse
 import inspect
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import MISSING, dataclass, fields
@@ -147,3 +148,25 @@ def takes_options(*specs: type[OptionSpec]) -> Callable[[F], F]:
         return function
 
     return decorate
+
+
+def positive_int(text: str) -> int:
+    """A command-line argument that must be a whole number of at least 1 (an argparse type)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    """A command-line argument that must be a number of at least 0, a fraction of a GPU say (an argparse type)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of at least 0, got {text}")
+    return value

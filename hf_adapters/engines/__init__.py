@@ -1,3 +1,85 @@
-"""Engines that run a scoring job over a whole data set: :mod:`~hf_adapters.engines.local` (this process,
-or each process of ``accelerate launch``; resumable) and :mod:`~hf_adapters.engines.ray` (a pool of Ray
-actors)."""
+"""Engines that run a scoring job over a whole data set, and their registry: what ``hf-adapters score
+--engine NAME`` names.
+
+``local`` (:class:`~hf_adapters.engines.local.LocalEngine`, the default; formerly ``accelerate``) runs in
+this process, or in each process of ``accelerate launch``, and resumes a killed job; ``ray``
+(:class:`~hf_adapters.engines.ray.RayEngine`) scores on a pool of Ray actors. Another engine is a
+subclass of :class:`Engine` in a file of its own, registered with :func:`register_engine` before the
+command line builds its parser (``docs/guides/adding_an_engine.md``). A :class:`ScoringJob` is what
+every engine runs; plan one from Python with :meth:`ScoringJob.plan`.
+
+Importing this package imports neither torch nor Ray.
+"""
+
+from __future__ import annotations
+
+from hf_adapters.engines.base import Engine, EngineError, ScoringJob
+from hf_adapters.engines.job_files import JobSummary
+from hf_adapters.engines.local import LocalEngine
+from hf_adapters.engines.ray import RayEngine
+
+#: Engine classes by the name ``--engine`` gives, in the order ``--help`` lists them.
+ENGINES: dict[str, type[Engine]] = {}
+#: The package's own engines, whose names no other class may take (:func:`register_engine`).
+BUILTIN_ENGINES: dict[str, type[Engine]] = {}
+#: Earlier names of engines, still accepted: earlier name -> name.
+ENGINE_ALIASES = {"accelerate": "local"}
+#: The engine ``hf-adapters score`` runs without ``--engine``.
+DEFAULT_ENGINE = "local"
+
+
+def register_engine(cls: type[Engine]) -> type[Engine]:
+    """Class decorator: make ``cls`` available as ``--engine cls.name``. A ValueError for a class
+    without a name, or with a built-in engine's name or earlier name (``local``, ``accelerate``, ``ray``)."""
+    if not cls.name:
+        raise ValueError(f"{cls.__name__} needs a `name` to be registered.")
+    taken = BUILTIN_ENGINES.get(ENGINE_ALIASES.get(cls.name, cls.name), cls)
+    if taken is not cls:
+        raise ValueError(f"{cls.__module__}.{cls.__qualname__} cannot be registered as the engine {cls.name!r}: that "
+                         f"is the built-in {taken.__name__}'s name, and `--engine {cls.name}` must keep running it. "
+                         "Give the class a `name` of its own.")
+    ENGINES[cls.name] = cls
+    return cls
+
+
+register_engine(LocalEngine)
+register_engine(RayEngine)
+BUILTIN_ENGINES.update(ENGINES)
+
+
+def engine_name(text: str) -> str:
+    """An engine's name, an earlier name (``accelerate``) read as today's.
+
+    Example:
+        >>> engine_name("accelerate"), engine_name("ray")
+        ('local', 'ray')
+    """
+    return ENGINE_ALIASES.get(text, text)
+
+
+def engine_class(name: str) -> type[Engine]:
+    """The engine class registered as ``name`` (or an earlier name of it); a ValueError lists the valid names.
+
+    Example:
+        >>> engine_class("accelerate") is LocalEngine
+        True
+    """
+    try:
+        return ENGINES[engine_name(name)]
+    except KeyError:
+        raise ValueError(f"Unknown engine {name!r}; valid engines: {sorted(ENGINES)}") from None
+
+
+__all__ = [
+    "BUILTIN_ENGINES",
+    "ENGINES",
+    "Engine",
+    "EngineError",
+    "JobSummary",
+    "LocalEngine",
+    "RayEngine",
+    "ScoringJob",
+    "engine_class",
+    "engine_name",
+    "register_engine",
+]

@@ -1,5 +1,5 @@
-"""Score a data set into an output file on a Ray cluster: the scoring job of ``hf-adapters score
---engine ray``.
+"""The Ray engine (``hf-adapters score --engine ray``, :class:`RayEngine`): score a data set into an
+output file on a Ray cluster.
 
 The rows are read and checked here, exactly as :func:`hf_adapters.engines.local.run_scoring_job` does, then
 handed to Ray as Arrow tables that carry each row's index; a pool of actors scores them
@@ -7,24 +7,29 @@ handed to Ray as Arrow tables that carry each row's index; a pool of actors scor
 job's own writer: the output appears whole or not at all. Not resumable: a killed job starts
 again from the first row (Ray retries failed tasks itself). A finished job is recorded as the
 default engine records it: running it again (on either engine) does nothing.
+
+Importing this module imports neither Ray nor torch: the command line's ``--help`` lists this engine's
+options without them.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import logging
 import math
 import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from datasets import Dataset
 from tqdm.auto import tqdm
 
-from hf_adapters.core.options import DEFAULT_BATCH_SIZE
-from hf_adapters.engines.local import (
+from hf_adapters.core.options import DEFAULT_BATCH_SIZE, non_negative_float, positive_int
+from hf_adapters.engines.base import Engine, EngineError, ScoringJob
+from hf_adapters.engines.job_files import (
     JobSummary,
     check_dataset,
     finished_job,
@@ -39,7 +44,9 @@ from hf_adapters.engines.ray_columns import ROW_COLUMN, add_ray_score_columns
 from hf_adapters.files.json_values import json_safe, to_json_value
 from hf_adapters.files.output_paths import check_output_path
 from hf_adapters.files.score_files import SCORE, OutputFormat, records, write_output
-from hf_adapters.scorers import build_scorer
+
+if TYPE_CHECKING:
+    from datasets import Dataset
 
 #: Blocks (Ray's unit of work) per worker the rows are cut into, so that the workers share them out.
 BLOCKS_PER_WORKER = 8
@@ -49,8 +56,77 @@ MAX_BATCHES_PER_BLOCK = 64
 BACKEND_LOG_LEVEL = "RAY_BACKEND_LOG_LEVEL"
 
 
-class RayJobError(RuntimeError):
+class RayJobError(EngineError):
     """Scoring failed in a Ray worker (a model that does not load, an error in a batch)."""
+
+
+@dataclass(frozen=True)
+class RayEngine(Engine):
+    """``--engine ray``: :func:`run_ray_scoring_job` on ``num_workers`` Ray actors with ``gpus_per_worker``
+    GPUs each, on the cluster at ``address`` (see :func:`hf_adapters.engines.ray_cluster.connect`); not
+    resumable.
+
+    Example:
+        >>> job = ScoringJob.plan({"name": "PPLScorer"}, data="rows.jsonl", output="ppl.jsonl")
+        >>> print(RayEngine(num_workers=2).run(job))  # doctest: +SKIP
+        1000 rows, 998 valid scores, 85.0 rows/s
+    """
+
+    name = "ray"
+    summary = "a pool of Ray actors, each loading the model once"
+    title = "Ray engine"
+    description = ("score on a Ray cluster (pip install 'hf_adapters[ray]'): same rows, order and scores as the "
+                   "default engine, but not resumable (a killed job starts again; Ray retries failed tasks itself)")
+
+    num_workers: int = 1
+    gpus_per_worker: float = 0
+    address: str | None = None
+
+    @classmethod
+    def add_arguments(cls, group: argparse._ArgumentGroup) -> None:
+        group.add_argument("--num-workers", type=positive_int, default=None, metavar="N",
+                           help="Ray actors scoring at once, each with its own copy of the model (default: 1)")
+        group.add_argument("--gpus-per-worker", type=non_negative_float, default=None, metavar="G",
+                           help="GPUs each Ray actor takes (default: 0, scoring on CPU); fractions share a GPU")
+        group.add_argument("--ray-address", default=None, metavar="ADDRESS",
+                           help="the cluster: its head's HOST:PORT (e.g. 10.0.0.1:6379) or auto (default: "
+                           "$RAY_ADDRESS, else the cluster `ray start` runs on this machine, else a new local one)")
+
+    @classmethod
+    def from_arguments(cls, args: argparse.Namespace) -> RayEngine:
+        return cls(args.num_workers or 1, args.gpus_per_worker or 0, args.ray_address)
+
+    def run(self, job: ScoringJob) -> JobSummary:
+        """Refuse what Ray cannot do (:meth:`check`), check the output and the scorer, read the rows and
+        score them on Ray (:func:`run_ray_scoring_job`)."""
+        from accelerate import PartialState
+
+        self.check(job, PartialState().num_processes)
+        job.check_output()
+        job.build_scorer()  # an unknown scorer or output is refused before the data is read
+        dataset = job.read_rows()
+        return run_ray_scoring_job(dataset, job.config, job.output_path, num_workers=self.num_workers,
+                                   gpus_per_worker=self.gpus_per_worker, address=self.address,
+                                   progress=job.progress, output=job.with_stored_types().output_format,
+                                   data_fingerprint=job.data_fingerprint(), overwrite=job.overwrite)
+
+    @staticmethod
+    def check(job: ScoringJob, num_processes: int = 1) -> None:
+        """Refuse, before anything is read, a job the Ray engine cannot run: a stream, a ``device``
+        (workers score on the GPUs they are given), or one started as ``num_processes`` > 1 processes
+        of ``accelerate launch``."""
+        if job.streaming:
+            raise ValueError("--streaming does not apply to --engine ray: the rows are read and checked first, then "
+                             "handed to Ray. Leave out --streaming (or use the default engine to stream).")
+        if job.device is not None:
+            raise ValueError("--device does not apply to --engine ray: its workers score on the GPUs "
+                             "--gpus-per-worker gives them, else on CPU.")
+        if num_processes > 1:
+            raise ValueError(f"--engine ray runs from one process, not under accelerate launch ({num_processes} "
+                             "processes): start the command directly; Ray spreads the work over its workers.")
+
+    def interrupted_message(self, job: ScoringJob) -> str:
+        return "Interrupted: nothing was saved (the Ray engine does not resume); the same command starts again."
 
 
 def run_ray_scoring_job(
@@ -88,6 +164,7 @@ def run_ray_scoring_job(
         1000 rows, 998 valid scores, 85.0 rows/s
     """
     from hf_adapters.engines.ray_cluster import ray_session
+    from hf_adapters.scorers import build_scorer
 
     started = time.perf_counter()
     output = output or OutputFormat()

@@ -1,1 +1,3 @@
-"""Our scores inside other tools: :mod:`hf_adapters.integrations.lm_eval_harness` (lm-evaluation-harness)."""
+"""Our scores inside other tools: :mod:`hf_adapters.integrations.lm_eval_harness` (lm-evaluation-harness),
+:mod:`hf_adapters.integrations.evaluate_modules` (the base of the evaluate modules in ``metrics/``) and
+:mod:`hf_adapters.integrations.module_widget` (their Space's form)."""

@@ -1,10 +1,6 @@
 """Excess loss of texts under a model against a reference model, batched exactly on the shared core of `hf_adapters`."""
 
-import datasets
-import evaluate
-
-from hf_adapters.core.conversations import check_conversation_list
-from hf_adapters.core.texts import check_texts
+from hf_adapters.integrations.evaluate_modules import ModuleCard, ScorerMetric
 from hf_adapters.scorers import ConversationExcessLossScorer, TextExcessLossScorer
 
 _CITATION = """\
@@ -69,32 +65,10 @@ Examples:
 """
 
 
-@evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
-class ExcessLoss(evaluate.Metric):
-    def _info(self):
-        return evaluate.MetricInfo(
-            module_type="metric",
-            description=_DESCRIPTION,
-            citation=_CITATION,
-            inputs_description=_KWARGS_DESCRIPTION,
-            features=datasets.Features({"predictions": datasets.Value("string")}),
-            reference_urls=["https://arxiv.org/abs/2404.07965", "https://arxiv.org/abs/2206.07137",
-                            "https://arxiv.org/abs/2406.10670"],
-        )
-
-    def compute(self, *, predictions=None, references=None, messages=None, **kwargs):
-        """Check the rows before evaluate casts them, so a bad row gets an error naming it.
-        Conversations (`messages`) are scored as they are, without evaluate's cache."""
-        if messages is not None:
-            if predictions is not None:
-                raise ValueError("Pass `messages` (conversations) or `predictions` (texts), not both.")
-            scorer = ConversationExcessLossScorer.from_options({"progress": None, **kwargs},
-                                                               caller="excess_loss.compute")
-            return scorer.result(check_conversation_list(messages))
-        if predictions is not None or self.writer is None:  # None: only after add_batch
-            check_texts(predictions)
-        return super().compute(predictions=predictions, references=references, **kwargs)
-
-    def _compute(self, predictions, **options):
-        scorer = TextExcessLossScorer.from_options({"progress": None, **options}, caller="excess_loss.compute")
-        return scorer.result({"text": predictions})
+class ExcessLoss(ScorerMetric):
+    card = ModuleCard(_DESCRIPTION, _CITATION, _KWARGS_DESCRIPTION,
+                      reference_urls=("https://arxiv.org/abs/2404.07965", "https://arxiv.org/abs/2206.07137",
+                                      "https://arxiv.org/abs/2406.10670"))
+    columns = {"predictions": "text"}
+    scorer = TextExcessLossScorer
+    conversation_scorer = ConversationExcessLossScorer

@@ -1,11 +1,7 @@
 """Instruction-Following Difficulty (IFD) of instruction data, computed exactly on the shared core of `hf_adapters`."""
 
-import datasets
-import evaluate
-
-from hf_adapters.core.conversations import check_conversation_list
-from hf_adapters.core.texts import check_texts
 from hf_adapters.formulas.ifd import check_ifd_inputs
+from hf_adapters.integrations.evaluate_modules import ModuleCard, ScorerMetric
 from hf_adapters.scorers import ConversationIFDScorer, IFDScorer
 
 _CITATION = """\
@@ -83,52 +79,11 @@ Examples:
 """
 
 
-@evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
-class IFD(evaluate.Metric):
-    def _info(self):
-        return evaluate.MetricInfo(
-            module_type="metric",
-            description=_DESCRIPTION,
-            citation=_CITATION,
-            inputs_description=_KWARGS_DESCRIPTION,
-            features=datasets.Features(
-                {
-                    "instructions": datasets.Value("string"),
-                    "inputs": datasets.Value("string"),
-                    "outputs": datasets.Value("string"),
-                }
-            ),
-            reference_urls=["https://aclanthology.org/2024.naacl-long.421/"],
-        )
-
-    def compute(self, instructions=None, outputs=None, inputs=None, messages=None, **kwargs):
-        """Check the rows before evaluate casts them (a bad row gets an error naming it); `inputs` may be
-        omitted. Conversations (`messages`) are scored as they are, without evaluate's cache; one that
-        cannot be scored gets NaN and a warning naming it."""
-        if messages is not None:
-            if instructions is not None or outputs is not None or inputs is not None:
-                raise ValueError("Pass `messages` (conversations) or `instructions` and `outputs` (rows), not both.")
-            return self._compute_conversations(check_conversation_list(messages), **kwargs)
-        if instructions is None and self.writer is None:  # None: only after add_batch
-            check_texts(instructions, "instructions")
-        if instructions is not None or outputs is not None:
-            inputs = check_ifd_inputs(instructions or [], outputs or [], inputs)
-        return super().compute(instructions=instructions, outputs=outputs, inputs=inputs, **kwargs)
-
-    def add_batch(self, *, instructions=None, outputs=None, inputs=None, **kwargs):
-        """Add rows; `inputs` may be omitted (no input), as in `compute`."""
-        if instructions is not None or outputs is not None:
-            inputs = check_ifd_inputs(instructions or [], outputs or [], inputs)
-        return super().add_batch(instructions=instructions, outputs=outputs, inputs=inputs, **kwargs)
-
-    def add(self, *, instructions=None, outputs=None, inputs=None, **kwargs):
-        """Add one row (evaluate names its fields as the columns); `inputs` may be omitted (no input)."""
-        return super().add(instructions=instructions, outputs=outputs, inputs=inputs or "", **kwargs)
-
-    def _compute(self, instructions, outputs, inputs, **options):
-        scorer = IFDScorer.from_options({"progress": None, **options}, caller="ifd.compute")
-        return scorer.result({"instruction": instructions, "input": inputs, "output": outputs})
-
-    def _compute_conversations(self, conversations, **options):
-        scorer = ConversationIFDScorer.from_options({"progress": None, **options}, caller="ifd.compute")
-        return scorer.result(conversations)
+class IFD(ScorerMetric):
+    card = ModuleCard(_DESCRIPTION, _CITATION, _KWARGS_DESCRIPTION,
+                      reference_urls=("https://aclanthology.org/2024.naacl-long.421/",))
+    columns = {"instructions": "instruction", "inputs": "input", "outputs": "output"}
+    optional_columns = ("inputs",)
+    check_rows = staticmethod(check_ifd_inputs)
+    scorer = IFDScorer
+    conversation_scorer = ConversationIFDScorer

@@ -1,11 +1,8 @@
 """IFEval: does a response follow verifiable instructions? Strict and loose, prompt and instruction level."""
 
-import datasets
-import evaluate
-
-from hf_adapters.core.texts import check_texts
 from hf_adapters.ifeval import compute_ifeval
 from hf_adapters.ifeval.serialization import rows_from_json, rows_to_json
+from hf_adapters.integrations.evaluate_modules import ModuleCard, ScorerMetric
 
 _CITATION = """\
 @article{zhou2023instruction,
@@ -50,44 +47,13 @@ Examples:
 """
 
 
-@evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
-class IFEval(evaluate.Metric):
-    def _info(self):
-        return evaluate.MetricInfo(
-            module_type="metric",
-            description=_DESCRIPTION,
-            citation=_CITATION,
-            inputs_description=_KWARGS_DESCRIPTION,
-            # References are rows of any shape (kwargs dicts differ per instruction id), so they
-            # travel through evaluate's Arrow cache as JSON strings; add/add_batch encode them.
-            features=datasets.Features(
-                {"predictions": datasets.Value("string"), "references": datasets.Value("string")}
-            ),
-            codebase_urls=["https://github.com/google-research/google-research/tree/master/instruction_following_eval"],
-            reference_urls=["https://arxiv.org/abs/2311.07911"],
-        )
-
-    def compute(self, *, predictions=None, references=None, **kwargs):
-        """A missing ``predictions`` is an error naming it, unless rows were added before."""
-        if predictions is None and self.writer is None:
-            check_texts(predictions)
-        return super().compute(predictions=predictions, references=references, **kwargs)
-
-    def add_batch(self, *, predictions=None, references=None, **kwargs):
-        """Validate the responses and the IFEval rows (errors name the row and id) and store the rows as JSON."""
-        if predictions is not None:
-            check_texts(predictions)
-        if references is not None:
-            references = rows_to_json(references)
-        return super().add_batch(predictions=predictions, references=references, **kwargs)
-
-    def add(self, *, prediction=None, reference=None, **kwargs):
-        """Validate one response and its IFEval row and store the row as JSON."""
-        if prediction is not None:
-            check_texts([prediction], "prediction")
-        if reference is not None:
-            reference = rows_to_json([reference])[0]
-        return super().add(prediction=prediction, reference=reference, **kwargs)
-
-    def _compute(self, predictions, references, detailed=False):
-        return compute_ifeval(predictions, rows_from_json(references), detailed=detailed)
+class IFEval(ScorerMetric):
+    card = ModuleCard(_DESCRIPTION, _CITATION, _KWARGS_DESCRIPTION,
+                      codebase_urls=("https://github.com/google-research/google-research/tree/master/"
+                                     "instruction_following_eval",),
+                      reference_urls=("https://arxiv.org/abs/2311.07911",))
+    columns = {"predictions": "predictions", "references": "references"}
+    # References are rows of any shape (kwargs dicts differ per instruction id), so they travel through
+    # evaluate's Arrow cache as JSON strings, checked (an error names the row and id) as they are encoded.
+    encoded_columns = {"references": (rows_to_json, rows_from_json)}
+    formula = staticmethod(compute_ifeval)

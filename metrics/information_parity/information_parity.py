@@ -1,9 +1,7 @@
 """Information Parity of texts against parallel reference texts, batched exactly on the shared core of `hf_adapters`."""
 
-import datasets
-import evaluate
-
 from hf_adapters.formulas.information_parity import check_pairs
+from hf_adapters.integrations.evaluate_modules import ModuleCard, ScorerMetric
 from hf_adapters.scorers import InformationParityScorer
 
 _CITATION = """\
@@ -58,30 +56,10 @@ Examples:
 """
 
 
-@evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
-class InformationParity(evaluate.Metric):
-    def _info(self):
-        return evaluate.MetricInfo(
-            module_type="metric",
-            description=_DESCRIPTION,
-            citation=_CITATION,
-            inputs_description=_KWARGS_DESCRIPTION,
-            features=datasets.Features(
-                {"predictions": datasets.Value("string"), "references": datasets.Value("string")}
-            ),
-            reference_urls=[
-                "https://aclanthology.org/2024.findings-emnlp.468",
-                "https://pypi.org/project/information-parity/",
-            ],
-        )
-
-    def compute(self, *, predictions=None, references=None, **kwargs):
-        """Check the pairs before evaluate casts them, so a bad row gets an error naming it."""
-        if (predictions is not None and references is not None) or self.writer is None:  # None: after add_batch
-            check_pairs(predictions, references)
-        return super().compute(predictions=predictions, references=references, **kwargs)
-
-    def _compute(self, predictions, references, **options):
-        scorer = InformationParityScorer.from_options({"progress": None, **options},
-                                                      caller="information_parity.compute")
-        return scorer.result({"prediction": predictions, "reference": references})
+class InformationParity(ScorerMetric):
+    card = ModuleCard(_DESCRIPTION, _CITATION, _KWARGS_DESCRIPTION,
+                      reference_urls=("https://aclanthology.org/2024.findings-emnlp.468",
+                                      "https://pypi.org/project/information-parity/"))
+    columns = {"predictions": "prediction", "references": "reference"}
+    check_rows = staticmethod(check_pairs)
+    scorer = InformationParityScorer

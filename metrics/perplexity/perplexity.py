@@ -1,10 +1,6 @@
 """Perplexity of texts under a causal language model, batched exactly on the shared core of `hf_adapters`."""
 
-import datasets
-import evaluate
-
-from hf_adapters.core.conversations import check_conversation_list
-from hf_adapters.core.texts import check_texts
+from hf_adapters.integrations.evaluate_modules import ModuleCard, ScorerMetric
 from hf_adapters.scorers import ConversationPerplexityScorer, PerplexityScorer
 
 _CITATION = """\
@@ -73,33 +69,9 @@ Examples:
 """
 
 
-@evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
-class Perplexity(evaluate.Metric):
-    def _info(self):
-        return evaluate.MetricInfo(
-            module_type="metric",
-            description=_DESCRIPTION,
-            citation=_CITATION,
-            inputs_description=_KWARGS_DESCRIPTION,
-            features=datasets.Features({"predictions": datasets.Value("string")}),
-            reference_urls=["https://huggingface.co/docs/transformers/perplexity"],
-        )
-
-    def compute(self, *, predictions=None, references=None, messages=None, **kwargs):
-        """Check the rows before evaluate casts them, so a bad row gets an error naming it.
-        Conversations (`messages`) are scored as they are, without evaluate's cache."""
-        if messages is not None:
-            if predictions is not None:
-                raise ValueError("Pass `messages` (conversations) or `predictions` (texts), not both.")
-            return self._compute_conversations(check_conversation_list(messages), **kwargs)
-        if predictions is not None or self.writer is None:  # None: only after add_batch
-            check_texts(predictions)
-        return super().compute(predictions=predictions, references=references, **kwargs)
-
-    def _compute(self, predictions, **options):
-        scorer = PerplexityScorer.from_options({"progress": None, **options}, caller="perplexity.compute")
-        return scorer.result({"text": predictions})
-
-    def _compute_conversations(self, conversations, **options):
-        scorer = ConversationPerplexityScorer.from_options({"progress": None, **options}, caller="perplexity.compute")
-        return scorer.result(conversations)
+class Perplexity(ScorerMetric):
+    card = ModuleCard(_DESCRIPTION, _CITATION, _KWARGS_DESCRIPTION,
+                      reference_urls=("https://huggingface.co/docs/transformers/perplexity",))
+    columns = {"predictions": "text"}
+    scorer = PerplexityScorer
+    conversation_scorer = ConversationPerplexityScorer

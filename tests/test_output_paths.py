@@ -1,0 +1,72 @@
+"""Outputs checked before any work (``hf_adapters.files.output_paths``): a command never writes over its data,
+its config or the score file it reads."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+from datasets import Dataset
+
+from hf_adapters.cli import main
+from tests.conftest import instruction_rows, ppl_config, write_jsonl
+
+
+def tree_digest(folder: Path) -> dict[str, str]:
+    """Every file under ``folder`` with the SHA-256 of its bytes."""
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def saved_data(tmp_path: Path) -> Path:
+    """Four instruction rows saved with ``save_to_disk`` in ``tmp_path / "saved"``."""
+    folder = tmp_path / "saved"
+    Dataset.from_list(instruction_rows()).save_to_disk(str(folder))
+    return folder
+
+
+@pytest.mark.parametrize("inside", ["data-00000-of-00001.arrow", "state.json"])
+def test_score_refuses_an_output_inside_the_saved_data_folder(tmp_path, model_dir, capsys, inside):
+    """From the round-three review: data lost or changed in what we write."""
+    folder = saved_data(tmp_path)
+    before = tree_digest(folder)
+    assert (folder / inside).is_file()
+    code = main(["score", ppl_config(tmp_path), "--data", str(folder), "--output", str(folder / inside),
+                 "--model", model_dir, "--no-progress"])
+    assert tree_digest(folder) == before
+    assert code == 2 and "input" in capsys.readouterr().err
+
+
+def test_select_refuses_an_output_inside_the_saved_data_folder(tmp_path, capsys):
+    """From the round-three review: data lost or changed in what we write."""
+    # state.json, not the .arrow file: select memory-maps the .arrow file and truncating it would crash pytest.
+    folder = saved_data(tmp_path)
+    scores = write_jsonl(tmp_path / "scores.jsonl", [{"id": row["id"], "score": 0.5} for row in instruction_rows()])
+    before = tree_digest(folder)
+    code = main(["select", "--data", str(folder), "--scores", str(scores), "--top-n", "1",
+                 "--output", str(folder / "state.json")])
+    assert tree_digest(folder) == before
+    assert code == 2 and "input" in capsys.readouterr().err
+
+
+def test_score_refuses_the_config_as_its_output(tmp_path, model_dir, capsys):
+    """From the round-three review: data lost or changed in what we write."""
+    data = write_jsonl(tmp_path / "rows.jsonl", instruction_rows())
+    config = ppl_config(tmp_path)
+    before = Path(config).read_bytes()
+    code = main(["score", config, "--data", str(data), "--output", config, "--model", model_dir, "--no-progress"])
+    assert Path(config).read_bytes() == before
+    err = capsys.readouterr().err
+    assert code == 2 and ("config" in err or "input" in err)
+
+
+def test_select_refuses_the_score_file_as_its_output(tmp_path, capsys):
+    """From the round-three review: data lost or changed in what we write."""
+    data = write_jsonl(tmp_path / "rows.jsonl", instruction_rows())
+    scores = write_jsonl(tmp_path / "scores.jsonl", [{"id": row["id"], "score": 0.5} for row in instruction_rows()])
+    before = scores.read_bytes()
+    code = main(["select", "--data", str(data), "--scores", str(scores), "--top-n", "1", "--output", str(scores)])
+    assert scores.read_bytes() == before
+    err = capsys.readouterr().err
+    assert code == 2 and ("score" in err or "input" in err)
