@@ -77,6 +77,8 @@ bench: install
 		--rolling-data ../shared/data/tinyshakespeare.txt --output benchmarks/LM_EVAL.md
 	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE-1} $(PY) -m benchmarks.contention --data ../shared/data/alpaca_cherry_5pct.json \
 		--output benchmarks/CONTENTION.md
+	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE-1} $(PY) -m benchmarks.recipe --data ../shared/data/alpaca_cherry_5pct.json \
+		--limit 200 --output benchmarks/RECIPE.md
 	$(MAKE) vllm
 	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE-1} OMP_WAIT_POLICY=$${OMP_WAIT_POLICY-PASSIVE} $(VLLM_PY) -m benchmarks.vllm_backend \
 		--data ../shared/data/alpaca_cherry_5pct.json --conversation-data ../shared/data/mtbench_gpt4_reference.jsonl \
