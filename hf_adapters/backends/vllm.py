@@ -266,6 +266,7 @@ class VLLMBackend(LikelihoodBackend):
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
+        refusals = prompt_refusals()
         stops = list(self.default_stop_token_ids() if stop_token_ids is None else stop_token_ids)
         params = SamplingParams(temperature=0.0, max_tokens=max_new_tokens, stop_token_ids=stops,
                                 ignore_eos=self.tokenizer.eos_token_id not in stops, detokenize=False)
@@ -277,7 +278,7 @@ class VLLMBackend(LikelihoodBackend):
             for index, prompt in enumerate(prompts):
                 try:
                     engine.add_request(f"{run}-{index}", TokensPrompt(prompt_token_ids=list(prompt)), params)
-                except ValueError as error:
+                except refusals as error:
                     raise ValueError(f"Prompt {index} of {len(prompts)} ({len(prompt)} tokens): {error}") from error
                 queued.append(f"{run}-{index}")
             show = progress if progress is not None else len(prompts) > 1
@@ -300,3 +301,13 @@ class VLLMBackend(LikelihoodBackend):
                 engine.abort_request(queued)
             raise
         return responses  # type: ignore[return-value]
+
+
+def prompt_refusals() -> tuple[type[Exception], ...]:
+    """The errors with which vLLM refuses a prompt it is given (one longer than ``max_model_len``, say):
+    ValueError, and from vLLM 0.3x its own ``VLLMValidationError``, which is no ValueError."""
+    try:
+        from vllm.exceptions import VLLMValidationError
+    except ImportError:
+        return (ValueError,)
+    return (ValueError, VLLMValidationError)
