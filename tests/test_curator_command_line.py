@@ -579,3 +579,19 @@ def test_a_ray_run_from_the_command_line_prints_no_false_alarm(tmp_path, model_d
     # Ray's C++ log says, once, at info level, that the job kept it to fatal errors; nothing else is printed.
     assert len(done.stderr.splitlines()) <= 1 and all(
         " I " in line and "RAY_BACKEND_LOG_LEVEL" in line for line in done.stderr.splitlines()), done.stderr
+
+
+def test_what_a_library_prints_while_a_ctrl_c_cuts_its_import_short_is_not_shown(capsys):
+    """huggingface_hub prints "Error importing ..." on stdout when a Ctrl-C cuts its import short (seen
+    on a cold start, with the Ctrl-C 1.5 s in); what the plugins' import prints otherwise still shows."""
+    from hf_adapters.cli import _SigintWatch, _stdout_held_unless
+
+    watch = _SigintWatch(process=False)
+    with pytest.raises(KeyboardInterrupt), _stdout_held_unless(watch):
+        print("Error importing huggingface_hub.hf_api: Error calling __set_name__ ...")
+        watch.received = True
+        raise KeyboardInterrupt
+    assert capsys.readouterr().out == ""
+    with _stdout_held_unless(_SigintWatch(process=False)):
+        print("a plugin's own line")
+    assert capsys.readouterr().out == "a plugin's own line\n"

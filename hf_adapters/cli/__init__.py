@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import io
 import logging
 import os
 import signal
 import sys
 import threading
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stdout
 from types import FrameType
 from typing import Any
 
@@ -78,7 +79,8 @@ def _main(argv: Sequence[str] | None, state: dict[str, Any], watch: _SigintWatch
     elif rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     try:
-        import_plugins(args)
+        with _stdout_held_unless(watch):
+            import_plugins(args)
     except PluginError as error:
         if watch.received:  # the Ctrl-C, turned into an error by the module it stopped
             raise
@@ -151,6 +153,20 @@ def _not_imported_again(names: Sequence[str]) -> Iterator[None]:
         yield
     finally:
         sys.meta_path.remove(finder)
+
+
+@contextmanager
+def _stdout_held_unless(watch: _SigintWatch) -> Iterator[None]:
+    """What the body prints to stdout, written after it unless a Ctrl-C came: a library whose import
+    the Ctrl-C cuts short may print its own "Error importing ..." line, and the command's one line on
+    stderr is then all that a Ctrl-C leaves."""
+    held = io.StringIO()
+    try:
+        with redirect_stdout(held):
+            yield
+    finally:
+        if not watch.received:
+            sys.stdout.write(held.getvalue())
 
 
 @contextmanager
