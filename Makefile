@@ -70,6 +70,7 @@ bench: install
 		--conversation-data ../shared/data/mtbench_gpt4_reference.jsonl \
 		--rolling-data ../shared/data/tinyshakespeare.txt --output benchmarks/RESULTS.md
 	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE-1} $(PY) -m benchmarks.scaleout --output benchmarks/SCALEOUT.md
+	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE-1} $(PY) -m benchmarks.ray_scale --output benchmarks/RAY_SCALE.md
 	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE-1} $(PY) -m benchmarks.ifeval_generation --limit 32 --max-new-tokens 256 \
 		--lm-eval-batch-size 16 --output benchmarks/IFEVAL_GENERATION.md
 	$(PY) -m benchmarks.diversity_scale --output benchmarks/DIVERSITY_SCALE.md
@@ -79,6 +80,8 @@ bench: install
 		--output benchmarks/CONTENTION.md
 	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE-1} $(PY) -m benchmarks.recipe --data ../shared/data/alpaca_cherry_5pct.json \
 		--limit 200 --output benchmarks/RECIPE.md
+	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE-1} $(PY) -m benchmarks.score_sets --data ../shared/data/alpaca_cherry_5pct.json \
+		--limit 256 --output benchmarks/SCORE_SETS.md
 	$(MAKE) vllm
 	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE-1} OMP_WAIT_POLICY=$${OMP_WAIT_POLICY-PASSIVE} $(VLLM_PY) -m benchmarks.vllm_backend \
 		--data ../shared/data/alpaca_cherry_5pct.json --conversation-data ../shared/data/mtbench_gpt4_reference.jsonl \

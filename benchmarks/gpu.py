@@ -1,9 +1,11 @@
-"""The likelihood core and greedy generation on a GPU: exactness, bfloat16 drift, speed, batched generation.
+"""The likelihood core and greedy generation on a GPU: exactness, bfloat16 drift, speed, batched generation,
+and the share of the bfloat16 peak on Llama-1B and -8B shapes.
 
-Self-contained (no hub, no network, no data files): the model is a randomly initialised Llama with
-SmolLM2-135M's architecture (30 layers, 576 wide, 49,152 tokens, tied embeddings), seeded, and the
-items are random token ids, sequence lengths drawn log-uniformly (short ones more often, as in
-instruction data). The sections:
+Self-contained (no hub, no network; needs torch, transformers and accelerate, not datasets or
+evaluate): the models are randomly initialised, seeded, and the items are random token ids. Sections
+1-4 run a Llama with SmolLM2-135M's architecture (30 layers, 576 wide, 49,152 tokens, tied
+embeddings) on items whose sequence lengths are drawn log-uniformly (short ones more often, as in
+instruction data):
 
 1. exactness: ``TransformersBackend.score`` in float32 at several batch sizes against the naive
    one-at-a-time float32 computation and the float64 model (one at a time), with the tests'
@@ -13,11 +15,30 @@ instruction data). The sections:
    perplexity loop (fixed batches of 16 padded to the data set's longest, logits everywhere);
 4. generation: ``greedy_generate`` in batches against one prompt at a time, responses compared.
 
+Section 5 (issue 51) runs bfloat16 Llamas of Llama-3.2-1B's and Llama-3.1-8B's shapes on rows of
+the Alpaca data's lengths (``--alpaca``, a JSON list of instruction/input/output records, read with
+plain ``json``; skipped when the file is absent): each row's prompt, in the package's default IFD
+template, and its output, counted in the pieces of Llama 3's pre-tokenizer (on English text about
+one token each: on the Cherry_LLM Alpaca subset a median of 149 pieces a row against 150 tokens of
+SmolLM2's tokenizer), become random token ids of those lengths; the output is scored. Then rows of
+2,048 tokens. Each way of scoring is timed after a warm-up: the package's defaults, the defaults
+before issue 51 (batch size 16, a 16,384-token budget, cuDNN's attention allowed), token budgets
+without a row count, and a plain loop (batches of 8 in input order, padded, full logits), each as
+tokens/s and as the share of the measured bfloat16 matmul peak in useful FLOPs (2 x body parameters
+x every token + causal attention + the output layer on scored tokens only). Greedy generation on the
+1B shape is timed against ``model.generate`` on the same left-padded batch. On the CPU (a smoke
+run, ``--shapes tiny``) section 5 runs in float32 and against the float32 peak.
+
 The report is rewritten to ``--output`` after each section, so a run cut short keeps what it measured.
 
     python -m benchmarks.gpu --output benchmarks/GPU.md
+    python -m benchmarks.gpu --quick --alpaca ../shared/data/alpaca_cherry_5pct.json --output GPU_QUICK.md
     python -m benchmarks.gpu --device cpu --layers 2 --items 8 --speed-items 8 --prompts 4 --new-tokens 4 \
-        --generation-batch-size 2 --max-len 64 --warm-up 2   # smoke test
+        --generation-batch-size 2 --max-len 64 --warm-up 2 --shapes tiny   # smoke test
+
+``--quick`` (sized for under 8 minutes on an H100) keeps sections 1 and 4 small, skips 2 and 3, and
+times section 5 as by default: 3,111 (1B) and 1,024 (8B) Alpaca rows, 64 (1B) and 32 (8B) rows of
+2,048 tokens, and 64 prompts x 256 generated tokens (1B).
 """
 
 from __future__ import annotations
@@ -26,6 +47,8 @@ import argparse
 import contextlib
 import copy
 import datetime
+import gc
+import json
 import math
 import os
 import shlex
@@ -36,22 +59,26 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
+import regex
 import torch
 import torch.nn.functional as F
 import transformers
 from tokenizers import Tokenizer
 from tokenizers import models as tokenizer_models
 from torch.nn.attention import SDPBackend, sdpa_kernel
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel, PreTrainedTokenizerFast
+from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTrainedModel, PreTrainedTokenizerFast
 
 from benchmarks.common import log, machine_description, publish, relative_differences, timed
+from benchmarks.flops import matmul_peak
 from benchmarks.references import full_forward_nll
 from hf_adapters.backends.transformers import generation as transformers_generation
+from hf_adapters.backends.transformers import model as transformers_model
 from hf_adapters.backends.transformers.batching import DEFAULT_MAX_BATCH_TOKENS
 from hf_adapters.backends.transformers.generation import FLOAT32_TIE_MARGIN, greedy_generate
 from hf_adapters.backends.transformers.model import TransformersBackend
 from hf_adapters.core.likelihood import Item
 from hf_adapters.core.options import DEFAULT_BATCH_SIZE
+from hf_adapters.formulas.ifd import DEFAULT_TEMPLATE, DEFAULT_TEMPLATE_NO_INPUT
 
 #: The tests' exactness floor, relative to the float64 value (``EXACT_FLOOR`` in tests/conftest.py).
 EXACT_FLOOR = 2e-5
@@ -142,24 +169,26 @@ def naive_nlls(model: PreTrainedModel, items: Sequence[Item], start_id: int) -> 
 
 
 def core_nlls(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, items: Sequence[Item],
-              batch_size: int) -> list[float]:
-    """``TransformersBackend.score`` with its default token budget and padding."""
-    backend = TransformersBackend(model, tokenizer, batch_size=batch_size)
+              batch_size: int | None, max_batch_tokens: int | None = None) -> list[float]:
+    """``TransformersBackend.score`` with its default token budget and padding (``batch_size`` None:
+    the device's default; ``max_batch_tokens`` another budget)."""
+    backend = TransformersBackend(model, tokenizer, batch_size=batch_size, max_batch_tokens=max_batch_tokens)
     return [score.nll for score in backend.score(items, progress=False)]
 
 
 @torch.inference_mode()
 def pad_to_longest_nlls(model: PreTrainedModel, items: Sequence[Item], start_id: int, pad_id: int,
-                        batch_size: int = EVALUATE_BATCH_SIZE) -> list[float]:
+                        batch_size: int = EVALUATE_BATCH_SIZE, longest_of_batch: bool = False) -> list[float]:
     """evaluate's perplexity loop on token ids: fixed batches in input order, every row padded to the
-    data set's longest sequence with an attention mask, logits at every position, the loss masked
-    afterwards (here to each item's scored tokens)."""
+    data set's longest sequence (``longest_of_batch``: the batch's) with an attention mask, logits at
+    every position, the loss masked afterwards (here to each item's scored tokens)."""
     sequences = [whole_sequence(item, start_id) for item in items]
-    width = max(len(ids) for ids, _ in sequences)
+    longest = max(len(ids) for ids, _ in sequences)
     device = model.device
     results: list[float] = []
     for start in range(0, len(sequences), batch_size):
         chunk = sequences[start:start + batch_size]
+        width = max(len(ids) for ids, _ in chunk) if longest_of_batch else longest
         input_ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
         mask = torch.zeros((len(chunk), width), dtype=torch.long)
         labels = torch.full((len(chunk), width), -100, dtype=torch.long)
@@ -352,8 +381,8 @@ def speed_section(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, it
          lambda batch: pad_to_longest_nlls(model, batch, start_id, pad_id)),
         (f"evaluate's loop: batches of {EVALUATE_BATCH_SIZE} padded to the longest, bfloat16",
          lambda batch: pad_to_longest_nlls(half, batch, start_id, pad_id)),
-        (f"ours, float32, batch size {DEFAULT_BATCH_SIZE} (package default)",
-         lambda batch: core_nlls(model, tokenizer, batch, DEFAULT_BATCH_SIZE)),
+        ("ours, float32, package defaults (no row count on a GPU)",
+         lambda batch: core_nlls(model, tokenizer, batch, None)),
         (f"ours, float32, batch size {batch_size}", lambda batch: core_nlls(model, tokenizer, batch, batch_size)),
         (f"ours, bfloat16, batch size {batch_size}", lambda batch: core_nlls(half, tokenizer, batch, batch_size)),
     ]
@@ -362,8 +391,8 @@ def speed_section(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, it
         "## 3. Speed",
         "",
         f"{length_summary(items, start_id)}. Each way runs once untimed on the first {warm_up} items, then once "
-        f"timed on all (synchronized on a GPU); ours with the token budget of "
-        f"{DEFAULT_MAX_BATCH_TOKENS} padded tokens per batch. Tokens/s counts every sequence token (context and "
+        "timed on all (synchronized on a GPU); ours with the device's token budget (chosen from its free "
+        "memory) unless a batch size is named. Tokens/s counts every sequence token (context and "
         "continuation); the speed-up is against the naive float32 loop.",
         "",
         "| way of scoring | seconds | tokens/s | scored tokens/s | speed-up |",
@@ -464,12 +493,312 @@ def generation_section(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFas
     return [*lines, ""]
 
 
+# --- 5. Llama shapes on Alpaca-length rows: the share of the bfloat16 peak (issue 51) ----------------
+
+
+#: Llama-3.2-1B's and Llama-3.1-8B's shapes (as their config.json give them), and a tiny one for a
+#: smoke run on the CPU.
+LLAMA_SHAPES = {
+    "1b": {"hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16, "num_attention_heads": 32,
+           "num_key_value_heads": 8, "head_dim": 64, "vocab_size": 128256, "tie_word_embeddings": True},
+    "8b": {"hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
+           "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 128256, "tie_word_embeddings": False},
+    "tiny": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+             "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 4096, "tie_word_embeddings": False},
+}
+#: Alpaca rows scored per shape (None: all), 2,048-token rows per shape, and what section 5 generates with.
+ALPACA_ROWS = {"1b": None, "8b": 1024, "tiny": 48}
+LONG_ROWS = {"1b": 64, "8b": 32, "tiny": 4}
+GENERATION_SHAPES = ("1b", "tiny")
+#: Shapes whose Alpaca rows are also scored under the ``--sweep`` budgets.
+SWEEP_SHAPES = ("1b", "tiny")
+#: Row count of the plain loop's batches (issue 51's baseline).
+PLAIN_LOOP_BATCH_SIZE = 8
+#: Llama 3's pre-tokenizer split (tiktoken's cl100k pattern): on English text about one token a piece.
+PIECES = regex.compile(r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                       r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+#: Where ``--alpaca`` is looked for by default, relative to the repository root.
+ALPACA_PATHS = ("../shared/data/alpaca_cherry_5pct.json", "shared/data/alpaca_cherry_5pct.json")
+
+
+def build_llama(shape: str, device: torch.device, dtype: torch.dtype, seed: int) -> LlamaForCausalLM:
+    """A randomly initialised Llama of one of ``LLAMA_SHAPES`` (transformers' initialisation, std 0.02),
+    made on ``device`` in ``dtype`` (no float32 copy on the CPU first), with SDPA attention."""
+    config = LlamaConfig(**LLAMA_SHAPES[shape], rms_norm_eps=1e-5, rope_theta=500000.0, max_position_embeddings=8192,
+                         bos_token_id=1, eos_token_id=2, pad_token_id=2, attn_implementation="sdpa")
+    torch.manual_seed(seed)
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with device:
+            model = LlamaForCausalLM(config)
+    finally:
+        torch.set_default_dtype(previous)
+    return model.eval()
+
+
+def pieces(text: str) -> int:
+    """The pieces Llama 3's pre-tokenizer cuts ``text`` into: about its token count on English text."""
+    return len(PIECES.findall(text))
+
+
+def alpaca_lengths(path: str | None) -> tuple[list[tuple[int, int]] | None, str]:
+    """(prompt length with the start token, output length) of each Alpaca record of ``path`` (a JSON
+    list, read with plain json), in :func:`pieces`; None where no file is found. The prompt is the
+    package's default IFD template."""
+    candidates = [path] if path else list(ALPACA_PATHS)
+    found = next((candidate for candidate in candidates if Path(candidate).is_file()), None)
+    if found is None:
+        return None, f"no Alpaca file ({', '.join(candidates)} not found)"
+    records = json.loads(Path(found).read_text(encoding="utf-8"))
+    lengths = []
+    for record in records:
+        template = DEFAULT_TEMPLATE if record.get("input") else DEFAULT_TEMPLATE_NO_INPUT
+        prompt = template.format(instruction=record["instruction"], input=record.get("input") or "")
+        lengths.append((1 + pieces(prompt), max(1, pieces(record["output"]))))
+    return lengths, found
+
+
+def items_of_lengths(rng: np.random.Generator, lengths: Sequence[tuple[int, int]], vocab: int,
+                     start_id: int) -> list[Item]:
+    """Random ordinary token ids of these (context, continuation) lengths, the context opening with the start token."""
+    return [([start_id, *rng.integers(3, vocab, context - 1).tolist()], rng.integers(3, vocab, scored).tolist())
+            for context, scored in lengths]
+
+
+def body_parameters(model: PreTrainedModel) -> int:
+    """The parameters every token multiplies: the decoder layers and the final norm (neither the
+    input embeddings, a lookup, nor the output layer)."""
+    body = model.base_model
+    return sum(p.numel() for p in body.layers.parameters()) + sum(p.numel() for p in body.norm.parameters())
+
+
+def useful_scoring_flops(model: PreTrainedModel, items: Sequence[Item], start_id: int) -> float:
+    """2 x body parameters x every token, plus causal attention (``4 x layers x attention width x
+    (j + 1)`` for the token at position j), plus the output layer (``2 x hidden x vocabulary``) at
+    each scored token only."""
+    config = model.config
+    width = config.num_attention_heads * (getattr(config, "head_dim", None)
+                                          or config.hidden_size // config.num_attention_heads)
+    body, head = body_parameters(model), 2.0 * config.hidden_size * config.vocab_size
+    total = 0.0
+    for item in items:
+        length, scored = len(whole_sequence(item, start_id)[0]), len(item[1])
+        total += 2.0 * body * length + 4.0 * config.num_hidden_layers * width * length * (length + 1) / 2
+        total += head * scored
+    return total
+
+
+@contextlib.contextmanager
+def cudnn_attention_allowed() -> Iterator[None]:
+    """As before issue 51: the backend leaves PyTorch's choice of attention kernel (cuDNN's included) alone."""
+    saved = transformers_model.without_cudnn_attention, transformers_generation.without_cudnn_attention
+
+    def leave_alone(device: torch.device) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
+
+    transformers_model.without_cudnn_attention = transformers_generation.without_cudnn_attention = leave_alone
+    try:
+        yield
+    finally:
+        transformers_model.without_cudnn_attention, transformers_generation.without_cudnn_attention = saved
+
+
+def before_issue_51_nlls(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast,
+                         items: Sequence[Item]) -> list[float]:
+    """The backend's defaults before issue 51: 16 rows, a 16,384-token budget, cuDNN attention allowed."""
+    with cudnn_attention_allowed():
+        return core_nlls(model, tokenizer, items, DEFAULT_BATCH_SIZE, DEFAULT_MAX_BATCH_TOKENS)
+
+
+def llama_dtype(device: torch.device) -> torch.dtype:
+    """Section 5's dtype: bfloat16 on a GPU; float32 on the CPU (a smoke run), where many processors
+    multiply bfloat16 far slower."""
+    return torch.float32 if device.type == "cpu" else torch.bfloat16
+
+
+class Peak:
+    """The measured matmul peak of section 5's dtype, and shares of it."""
+
+    def __init__(self, device: torch.device):
+        size = 8192 if device.type == "cuda" else 512
+        self.dtype, self.size = llama_dtype(device), size
+        self.flops = matmul_peak(self.dtype, size=size, repeats=10, device=device.type)
+
+    def share(self, flops: float, seconds: float) -> float:
+        return flops / seconds / self.flops
+
+
+def scoring_table(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, items: Sequence[Item], title: str,
+                  sweep: Sequence[int], peak: Peak, warm_up: int, device: torch.device
+                  ) -> tuple[list[str], dict[str, tuple[float, float]]]:
+    """One table: each way of scoring ``items``, its seconds, tokens/s, useful TFLOP/s and share of the
+    peak; and ``{way: (tokens/s, share)}`` for the summary."""
+    start_id, pad_id = tokenizer.bos_token_id, tokenizer.pad_token_id
+    chosen = TransformersBackend(model, tokenizer).batch_limits()
+    runs: list[tuple[str, str, Callable[[Sequence[Item]], object]]] = [
+        ("defaults", f"{chosen.tokens:,} tokens (chosen), no row count",
+         lambda batch: core_nlls(model, tokenizer, batch, None)),
+        ("before", f"{DEFAULT_BATCH_SIZE} rows, {DEFAULT_MAX_BATCH_TOKENS:,} tokens, cuDNN attention allowed",
+         lambda batch: before_issue_51_nlls(model, tokenizer, batch)),
+        ("defaults, cuDNN attention allowed", f"{chosen.tokens:,} tokens, no row count",
+         lambda batch: cudnn_attention_allowed_nlls(model, tokenizer, batch)),
+        *((f"{budget:,}-token budget", f"{budget:,} tokens, no row count",
+           lambda batch, budget=budget: core_nlls(model, tokenizer, batch, None, budget)) for budget in sweep),
+        ("plain loop", f"{PLAIN_LOOP_BATCH_SIZE} rows in input order, padded, full logits",
+         lambda batch: pad_to_longest_nlls(model, batch, start_id, pad_id, PLAIN_LOOP_BATCH_SIZE, True)),
+    ]
+    fed, flops = fed_tokens(items, start_id), useful_scoring_flops(model, items, start_id)
+    lines = [f"### {title}", "", f"{length_summary(items, start_id)}; {flops / 1e12:,.1f} useful TFLOP.", "",
+             "| way of scoring | batches | seconds | tokens/s | useful TFLOP/s | share of the peak |",
+             "| --- | --- | ---: | ---: | ---: | ---: |"]
+    summary = {}
+    for name, limits, function in runs:
+        seconds = timed_after_warm_up(function, items, warm_up, device)
+        rate, share = fed / seconds, peak.share(flops, seconds)
+        summary[name] = (rate, share)
+        log(f"  {title}, {name}: {seconds:.2f} s, {share:.1%} of the peak")
+        lines.append(f"| {name} | {limits} | {seconds:.2f} | {rate:,.0f} | {flops / seconds / 1e12:,.1f} | "
+                     f"{share:.1%} |")
+    return [*lines, ""], summary
+
+
+def cudnn_attention_allowed_nlls(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast,
+                                 items: Sequence[Item]) -> list[float]:
+    """The defaults, with cuDNN's attention allowed as before issue 51."""
+    with cudnn_attention_allowed():
+        return core_nlls(model, tokenizer, items, None)
+
+
+@torch.inference_mode()
+def model_generate(model: PreTrainedModel, prompts: Sequence[Sequence[int]], new_tokens: int,
+                   pad_id: int) -> list[list[int]]:
+    """transformers' ``model.generate`` on the prompts as one left-padded batch, greedy, no stop token."""
+    width = max(len(prompt) for prompt in prompts)
+    input_ids = torch.tensor([[pad_id] * (width - len(p)) + list(p) for p in prompts], device=model.device)
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=model.device)
+    config = GenerationConfig(max_new_tokens=new_tokens, min_new_tokens=0, do_sample=False, eos_token_id=None,
+                              pad_token_id=pad_id)
+    saved, model.generation_config = model.generation_config, copy.deepcopy(config)  # no EOS to fill in from it
+    try:
+        outputs = model.generate(input_ids=input_ids, attention_mask=mask, generation_config=config)[:, width:]
+    finally:
+        model.generation_config = saved
+    if outputs.shape[1] != new_tokens:
+        raise RuntimeError(f"model.generate stopped after {outputs.shape[1]} of {new_tokens} new tokens")
+    return outputs.tolist()
+
+
+def generation_table(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, prompts: list[list[int]],
+                     new_tokens: int, title: str, before: bool, device: torch.device
+                     ) -> tuple[list[str], dict[str, float]]:
+    """Greedy generation of ``new_tokens`` for every prompt at once: ours against ``model.generate``."""
+    def ours(batch: list[list[int]], tokens: int) -> list[list[int]]:
+        return greedy_generate(model, tokenizer, batch, max_new_tokens=tokens, stop_token_ids=[],
+                               batch_size=len(batch), progress=False)
+
+    def ours_before(batch: list[list[int]], tokens: int) -> list[list[int]]:
+        with cudnn_attention_allowed():
+            return ours(batch, tokens)
+
+    def theirs(batch: list[list[int]], tokens: int) -> list[list[int]]:
+        return model_generate(model, batch, tokens, tokenizer.pad_token_id)
+
+    runs = [("`greedy_generate`", ours),
+            *([("`greedy_generate`, cuDNN attention allowed (before issue 51)", ours_before)] if before else []),
+            ("`model.generate`", theirs)]
+    measured = {}
+    for name, run in runs:
+        run(prompts[:4], 8)
+        measured[name] = timed(lambda run=run: run(prompts, new_tokens), device)
+        log(f"  {title}, {name}: {measured[name][1]:.2f} s")
+    reference = measured["`model.generate`"][0]
+    rates = {name: len(prompts) * new_tokens / seconds for name, (_, seconds) in measured.items()}
+    lines = [f"### {title}", "",
+             f"{len(prompts)} prompts ({min(map(len, prompts))}..{max(map(len, prompts))} tokens), {new_tokens} new "
+             "tokens each, no stop token, all prompts in one batch (`batch_size` = the prompt count); each run "
+             "once untimed on 4 prompts x 8 tokens first. In bfloat16 the two need not agree (nothing checks "
+             "near ties there).", "",
+             "| generation | seconds | new tokens/s | responses identical to `model.generate`'s |",
+             "| --- | ---: | ---: | ---: |"]
+    for name, (outputs, seconds) in measured.items():
+        same = sum(a == b for a, b in zip(outputs, reference, strict=True))
+        lines.append(f"| {name} | {seconds:.2f} | {rates[name]:,.0f} | {same} of {len(prompts)} |")
+    return [*lines, ""], rates
+
+
+def llama_sections(args: argparse.Namespace, shapes: Sequence[str], device: torch.device, report: Report,
+                   started: float) -> None:
+    """Section 5: for each shape, the Alpaca-length rows, the long rows, and (1B) generation; then a summary."""
+    lengths, source = alpaca_lengths(args.alpaca)
+    log(f"peak ({time.perf_counter() - started:.0f} s)")
+    peak = Peak(device)
+    report.add("## 5. Llama shapes: the share of the matmul peak (issue 51)", "",
+               f"Measured {str(peak.dtype).removeprefix('torch.')} matmul peak: {peak.flops / 1e12:,.1f} TFLOP/s "
+               f"({peak.size} x {peak.size} x "
+               f"{peak.size}, the best of 10). Rows: {source}. Useful FLOPs: 2 x body parameters x every token "
+               "+ causal attention + the output layer on scored tokens only. Tokens/s counts every token.", "")
+    summary_lines = ["### Summary", "", "| model, rows | defaults | before: batch size 16, 16,384 tokens | "
+                     "plain loop: batches of 8, padded, full logits |", "| --- | ---: | ---: | ---: |"]
+    tokenizer = build_tokenizer()
+    for shape in shapes:
+        log(f"{shape} ({time.perf_counter() - started:.0f} s)")
+        model = build_llama(shape, device, peak.dtype, args.seed)
+        vocab, name = model.config.vocab_size, shape.upper()
+        params = body_parameters(model)
+        rng = np.random.default_rng(args.seed)
+        tables = []
+        if lengths is not None:
+            count = args.alpaca_rows or ALPACA_ROWS[shape] or len(lengths)
+            tables.append((f"{name}, {min(count, len(lengths)):,} Alpaca rows",
+                           items_of_lengths(rng, lengths[:count], vocab, tokenizer.bos_token_id)))
+        long_length = min(args.long_length, model.config.max_position_embeddings)
+        tables.append((f"{name}, {LONG_ROWS[shape]} rows of {long_length:,} tokens",
+                       items_of_lengths(rng, [(1, long_length - 1)] * LONG_ROWS[shape], vocab, tokenizer.bos_token_id)))
+        report.add(f"Model {name}: {params / 1e9:.2f}B body parameters, {model.config.num_hidden_layers} layers, "
+                   f"{model.config.hidden_size} wide, vocabulary {vocab:,}, attention "
+                   f"`{model.config._attn_implementation}`.", "")
+        for title, items in tables:
+            sweep = args.sweep if "Alpaca" in title and shape in SWEEP_SHAPES else ()
+            lines, rates = scoring_table(model, tokenizer, items, title, sweep, peak, args.warm_up, device)
+            report.add(*lines)
+            summary_lines.append(f"| {title} | " + " | ".join(
+                f"{rates[way][0]:,.0f} tok/s, {rates[way][1]:.1%}" for way in ("defaults", "before", "plain loop"))
+                + " |")
+        if shape in GENERATION_SHAPES and lengths is not None:
+            prompts = [context for context, _ in tables[0][1][:args.generation_prompts]]
+            lines, rates = generation_table(model, tokenizer, prompts, args.generation_new_tokens,
+                                            f"{name}, greedy generation", not args.quick, device)
+            report.add(*lines)
+            ratio = rates["`greedy_generate`"] / rates["`model.generate`"]
+            summary_lines.append(f"| {name}, {len(prompts)} prompts x {args.generation_new_tokens} new tokens | "
+                                 f"{rates['`greedy_generate`']:,.0f} tok/s ({ratio:.2f}x `model.generate`) | | "
+                                 f"`model.generate`: {rates['`model.generate`']:,.0f} tok/s |")
+        del model
+        gc.collect()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    report.add(*summary_lines, "")
+
+
 # --- main -------------------------------------------------------------------------------------------
+
+
+#: What ``--quick`` sets, where the command line does not: sections 1 and 4 small, 2 and 3 skipped.
+QUICK = {"items": 64, "exact_batch_sizes": "1,none", "prompts": 16, "new_tokens": 32, "generation_batch_size": 8}
+
+
+def batch_size_list(text: str) -> list[int | None]:
+    """Comma-separated batch sizes; ``none`` is the device's default."""
+    return [None if size.strip().lower() == "none" else int(size) for size in text.split(",")]
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda")
+    parser.add_argument("--quick", action="store_true",
+                        help="sections 1 and 4 small, 2 and 3 skipped, section 5 as by default (sized for under 8 "
+                             "minutes on an H100)")
     parser.add_argument("--layers", type=int, default=30, help="of SmolLM2-135M's 30")
     parser.add_argument("--init-std", type=float, default=0.05,
                         help="std of the random weights (transformers' default, 0.02, alone gives near-uniform "
@@ -479,18 +808,41 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--min-len", type=int, default=16, help="shortest sequence (and prompt)")
     parser.add_argument("--max-len", type=int, default=1024, help="longest sequence (and prompt)")
-    parser.add_argument("--items", type=int, default=256, help="items of the exactness and drift sections")
-    parser.add_argument("--exact-batch-sizes", default="1,16,64", help="comma-separated, for the exactness section")
+    parser.add_argument("--items", type=int, default=None, help="items of the exactness and drift sections (256)")
+    parser.add_argument("--exact-batch-sizes", default=None,
+                        help="comma-separated, for the exactness section; none: the device's default (1,16,64,none)")
     parser.add_argument("--follow-share", type=float, default=0.125,
                         help="share of exactness items extending the previous one (scored in its forward pass)")
     parser.add_argument("--batch-size", type=int, default=64, help="of the core in the drift and speed sections")
     parser.add_argument("--speed-items", type=int, default=512)
     parser.add_argument("--warm-up", type=int, default=32, help="items of each untimed warm-up run")
-    parser.add_argument("--prompts", type=int, default=32)
-    parser.add_argument("--new-tokens", type=int, default=128)
-    parser.add_argument("--generation-batch-size", type=int, default=32)
+    parser.add_argument("--prompts", type=int, default=None, help="of section 4 (32)")
+    parser.add_argument("--new-tokens", type=int, default=None, help="of section 4 (128)")
+    parser.add_argument("--generation-batch-size", type=int, default=None, help="of section 4 (32)")
+    parser.add_argument("--shapes", default="1b,8b",
+                        help=f"section 5's Llama shapes, comma-separated, of {', '.join(LLAMA_SHAPES)}; none: skip it")
+    parser.add_argument("--alpaca", default=None,
+                        help=f"the Alpaca records (a JSON list) whose lengths section 5 scores (default: the first of "
+                             f"{', '.join(ALPACA_PATHS)} found; none found: those tables are skipped)")
+    parser.add_argument("--alpaca-rows", type=int, default=None,
+                        help="Alpaca rows per shape (default: all for 1B, 1024 for 8B)")
+    parser.add_argument("--long-length", type=int, default=2048, help="tokens of section 5's long rows")
+    parser.add_argument("--sweep", default="32768,131072",
+                        help="token budgets (no row count) also timed on the Alpaca rows of 1B, comma-separated")
+    parser.add_argument("--generation-prompts", type=int, default=64, help="prompts of section 5's generation")
+    parser.add_argument("--generation-new-tokens", type=int, default=256, help="new tokens of section 5's generation")
     parser.add_argument("--output", help="write the Markdown report here too")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    defaults = {**{"items": 256, "exact_batch_sizes": "1,16,64,none", "prompts": 32, "new_tokens": 128,
+                   "generation_batch_size": 32}, **(QUICK if args.quick else {})}
+    for name, value in defaults.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    args.sweep = [int(budget) for budget in args.sweep.split(",") if budget.strip()]
+    args.shapes = [] if args.shapes == "none" else [shape.strip() for shape in args.shapes.split(",")]
+    if unknown := [shape for shape in args.shapes if shape not in LLAMA_SHAPES]:
+        parser.error(f"--shapes: unknown {unknown}; choose among {list(LLAMA_SHAPES)}")
+    return args
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -507,23 +859,28 @@ def main(argv: Sequence[str] | None = None) -> None:
     items = random_items(rng, args.items, args.min_len, args.max_len, start_id, args.follow_share)
     speed_items = random_items(rng, args.speed_items, args.min_len, args.max_len, start_id)
     prompts = [random_ids(rng, n) for n in random_lengths(rng, args.prompts, args.min_len, args.max_len)]
-    batch_sizes = [int(size) for size in args.exact_batch_sizes.split(",")]
 
     report = Report(args.output)
     report.add(*header(args, argv, model, device))
-    log(f"predictions ({time.perf_counter() - started:.0f} s)")
-    report.add(*distribution_section(model, tokenizer, items))
+    if not args.quick:
+        log(f"predictions ({time.perf_counter() - started:.0f} s)")
+        report.add(*distribution_section(model, tokenizer, items))
     log(f"exactness ({time.perf_counter() - started:.0f} s)")
-    lines, reference = exactness_section(model, double, tokenizer, items, batch_sizes, device)
+    lines, reference = exactness_section(model, double, tokenizer, items, batch_size_list(args.exact_batch_sizes),
+                                         device)
     del double
     report.add(*lines)
-    log(f"drift ({time.perf_counter() - started:.0f} s)")
-    report.add(*drift_section(model, tokenizer, items, reference, args.batch_size))
-    log(f"speed ({time.perf_counter() - started:.0f} s)")
-    report.add(*speed_section(model, tokenizer, speed_items, args.batch_size, args.warm_up, device))
+    if not args.quick:
+        log(f"drift ({time.perf_counter() - started:.0f} s)")
+        report.add(*drift_section(model, tokenizer, items, reference, args.batch_size))
+        log(f"speed ({time.perf_counter() - started:.0f} s)")
+        report.add(*speed_section(model, tokenizer, speed_items, args.batch_size, args.warm_up, device))
     log(f"generation ({time.perf_counter() - started:.0f} s)")
     report.add(*generation_section(model, tokenizer, prompts, args.new_tokens, args.generation_batch_size, rng,
                                    device))
+    del model
+    if args.shapes:
+        llama_sections(args, args.shapes, device, report, started)
     report.lines.append(f"Total {time.perf_counter() - started:.0f} s, model building included.")
     publish(report.text(), args.output)
 

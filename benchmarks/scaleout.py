@@ -37,8 +37,7 @@ from benchmarks.common import log, machine_description, publish, relative_differ
 from hf_adapters import add_perplexity_column
 from hf_adapters.backends.loading import embedded_default_source
 from hf_adapters.core.options import DEFAULT_MODEL_ID
-from hf_adapters.engines.ray import arrow_blocks, ordered_scores
-from hf_adapters.engines.ray_columns import add_ray_score_columns
+from hf_adapters.engines.ray_columns import add_ray_score_columns, arrow_blocks, ordered_scores
 
 ROOT = Path(__file__).resolve().parents[1]
 WORDS = ("the quick brown fox jumps over a lazy dog while seven small cats watch from the warm red roof "

@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from hf_adapters.formulas.perplexity import PerplexityOptions, compute_perplexity
     from hf_adapters.formulas.token_selection import rho1_labels
     from hf_adapters.ifeval import compute_ifeval
-    from hf_adapters.scorers import build_scorer
+    from hf_adapters.scorers import ScoreSet, build_scorer
 
 #: Each public name, and the module it comes from.
 _EXPORTS = {
@@ -81,6 +81,7 @@ _EXPORTS = {
     "add_ifd_column": "columns.dataset_columns",
     "add_information_parity_column": "columns.dataset_columns",
     "add_ifeval_columns": "columns.dataset_columns",
+    "ScoreSet": "scorers.score_set",
     "add_score_columns": "columns.dataset_columns",
     "add_embedding_column": "columns.embedding_columns",
     "embed_texts": "formulas.embeddings",

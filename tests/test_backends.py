@@ -340,7 +340,7 @@ def test_a_job_with_a_registered_backend_breaking_the_contract_stops_with_one_li
     data = write_jsonl(tmp_path / "rows.jsonl", [{"id": f"r{i}", "instruction": "Say a.", "output": "a" * (i + 1)}
                                                  for i in range(6)])
     code = main(["score", str(config), "--data", str(data), "--output", str(tmp_path / "scores.jsonl"),
-                 "--no-progress"])
+                 "--no-progress", "--save-every", "4"])
     err = capsys.readouterr().err
     assert code == 2
     [line] = [line for line in err.splitlines() if line.startswith("error:")]

@@ -1,6 +1,7 @@
 """The benchmark's pieces on the tiny model: its competitors compute our definitions, its FLOP count
 is the documented formula, and one whole run writes the Markdown report."""
 
+import json
 import math
 
 import pytest
@@ -230,3 +231,41 @@ def test_peer_selections_are_matched_to_rows_by_content():
     assert row_indices(records, selected) == [3, 1]
     assert selection_verdict([3, 1], [3, 1]) == "same 2 rows"
     assert selection_verdict([3], [3, 1]).startswith("differs")
+
+
+def test_the_gpu_benchmark_counts_useful_flops_and_alpaca_lengths(tmp_path):
+    from benchmarks import gpu
+
+    model = gpu.build_llama("tiny", torch.device("cpu"), torch.bfloat16, seed=0)
+    assert model.dtype == torch.bfloat16 and model.config._attn_implementation == "sdpa"
+    layer = 2 * 64 * 64 + 2 * 64 * 32 + 3 * 64 * 128 + 2 * 64  # q, o; k, v (2 of 4 heads); the MLP; two norms
+    assert gpu.body_parameters(model) == 2 * layer + 64
+    # 5 tokens, 2 scored: every token through the body, causal attention, the output layer at the scored two.
+    expected = 2 * gpu.body_parameters(model) * 5 + 4 * 2 * 64 * (5 * 6 / 2) + 2 * 64 * 4096 * 2
+    assert gpu.useful_scoring_flops(model, [([1, 5, 6], [7, 8])], start_id=1) == expected
+    assert gpu.PIECES.findall("Hello, world! 1234 don't") == ["Hello", ",", " world", "!", " ", "123", "4", " don",
+                                                             "'t"]
+    alpaca = tmp_path / "alpaca.json"
+    alpaca.write_text(json.dumps([{"instruction": "Say hi.", "input": "", "output": "Hi there!"}]))
+    [(prompt, output)], source = gpu.alpaca_lengths(str(alpaca))
+    assert source == str(alpaca) and output == 3 and prompt == 1 + gpu.pieces(
+        gpu.DEFAULT_TEMPLATE_NO_INPUT.format(instruction="Say hi."))
+    assert gpu.alpaca_lengths(str(tmp_path / "missing.json"))[0] is None
+
+
+def test_the_gpu_benchmarks_llama_section_runs_on_the_cpu_and_writes_its_tables(tmp_path):
+    from benchmarks import gpu
+
+    records = [{"instruction": "Write a short poem about the sea.", "input": "The sea" if i % 2 else "",
+                "output": "Waves. " * (1 + i)} for i in range(3)]
+    alpaca = tmp_path / "alpaca.json"
+    alpaca.write_text(json.dumps(records))
+    args = gpu.parse_args(["--device", "cpu", "--quick", "--shapes", "tiny", "--alpaca", str(alpaca), "--long-length",
+                           "16", "--sweep", "4096", "--warm-up", "1", "--generation-prompts", "2",
+                           "--generation-new-tokens", "2"])
+    gpu.llama_sections(args, args.shapes, torch.device("cpu"), gpu.Report(str(tmp_path / "gpu.md")), 0.0)
+    text = (tmp_path / "gpu.md").read_text()
+    for expected in ("### TINY, 3 Alpaca rows", "| defaults | 2,048 tokens (chosen), no row count |",
+                     "| 4,096-token budget |", "| plain loop |", "### TINY, 4 rows of 16 tokens",
+                     "| `model.generate` |", "### Summary", "| TINY, 2 prompts x 2 new tokens |"):
+        assert expected in text

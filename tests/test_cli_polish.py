@@ -6,18 +6,24 @@ from __future__ import annotations
 import copy
 import importlib.util
 import json
+import os
 import re
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from hf_adapters import cli
+from hf_adapters import clear_model_cache, cli
+from hf_adapters.cli import main
 from hf_adapters.core.wording import plural
 from hf_adapters.engines.local import JobSummary
 from hf_adapters.ifeval.end_to_end import run_manifest, run_settings
 from hf_adapters.ifeval.run_folder import LOCK, MANIFEST, SAMPLES, RunFolderError, check_folder, locked
 from tests.conftest import write_jsonl
 
+ROOT = Path(__file__).resolve().parents[1]
 MODEL = {"model": "./tiny", "source": "tiny", "dtype": "float32", "device_type": "cpu",
          "files": [{"name": "config.json", "size": 600, "mtime_ns": 1_700_000_000_000_000_000,
                     "head_tail_sha256": "a" * 64},
@@ -181,3 +187,55 @@ def test_a_hub_that_cannot_be_reached_is_said_only_with_verbose(unreachable_hub,
                          "--no-progress", *flags]) == 2
         assert "the hub could not be reached" in capsys.readouterr().err
         assert any("cannot be reached" in message for message in caplog.messages) == said
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["perplexity", "--help"], ["select", "--top", "5%"]])
+def test_help_and_argument_errors_do_not_import_torch(argv):
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "hf_adapters", *argv], capture_output=True,
+                          text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
+    assert done.returncode == (0 if "--help" in argv else 2), done.stderr[-2000:]
+    imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+    assert "torch" not in imported, f"torch imported ({time.perf_counter() - started:.1f} s)"
+
+
+def test_no_progress_hides_every_progress_bar(tmp_path, model, tokenizer, capsys):
+    folder = tmp_path / "model"  # a model not loaded yet in this process
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    path = tmp_path / "doc.txt"
+    path.write_text("The quick brown fox.", encoding="utf-8")
+    capsys.readouterr()
+    try:
+        assert main(["perplexity", str(path), "--model", str(folder), "--max-length", "64", "--no-progress"]) == 0
+    finally:
+        clear_model_cache(str(folder))
+    err = capsys.readouterr().err
+    assert not re.search(r"\d+%\|", err), err
+
+
+def help_text(command: str, capsys) -> str:
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", ["demo", "parity", "perplexity", "score", "select"])
+def test_every_command_and_option_has_help_text(command, capsys):
+    text = help_text(command, capsys)
+    head, _, options = text.partition("\noptions:\n")
+    assert "\n\n" in head.strip(), f"`{command} --help` has no description"
+    lines = options.splitlines()
+    bare = [line.strip() for number, line in enumerate(lines)
+            if re.match(r"^  -", line) and not re.match(r"^  -\S.*?\s{2,}\S", line)
+            and not (number + 1 < len(lines) and re.match(r"^ {6,}\S", lines[number + 1]))]
+    assert not bare, f"options of `{command}` without help: {bare}"
+
+
+def test_dtype_offers_the_same_values_in_every_command(capsys):
+    offered = {}
+    for command in ("demo", "parity", "perplexity", "score"):
+        text = help_text(command, capsys)
+        block = re.search(r"\n  --dtype.*?(?=\n  -|\n\n|\Z)", text, re.S).group(0)
+        offered[command] = sorted(set(re.findall(r"\b(?:b?float\d+|fp\d+|bf16|half)\b", block)))
+    assert len({tuple(values) for values in offered.values()}) == 1, offered

@@ -262,3 +262,11 @@ def test_a_dataset_map_warning_names_the_row_by_its_id(model, tokenizer, caplog)
     with caplog.at_level(logging.WARNING):
         add_ifd_column(ds, model=model, tokenizer=tokenizer)
     assert "Row 5 (id='sample-22') has an empty output" in caplog.text
+
+
+def test_a_misspelt_option_names_the_helpers_valid_options(model, tokenizer):
+    ds = Dataset.from_dict({"instruction": ["Say hi."], "input": [""], "output": ["Hi!"]})
+    with pytest.raises((TypeError, ValueError)) as info:
+        add_ifd_column(ds, max_lenght=512, model=model, tokenizer=tokenizer)
+    message = str(info.value)
+    assert "max_lenght" in message and "max_length" in message and "Dataset.map()" not in message

@@ -4,7 +4,9 @@ perplexity of assistant tokens, against naive one-at-a-time references; and reve
 from __future__ import annotations
 
 import json
+import logging
 import math
+import re
 
 import evaluate
 import pytest
@@ -25,6 +27,9 @@ CONVERSATIONS = [
      {"role": "assistant", "content": "Hi!"}],
     [{"role": "user", "content": "Count to three."}, {"role": "assistant", "content": "One, two, three."}],
 ]
+GOOD = [{"role": "user", "content": "Write a short poem about the sea."},
+        {"role": "assistant", "content": "The sea is wide and grey."}]
+NO_ASSISTANT = [{"role": "user", "content": "Hello?"}]
 
 
 def chatml(messages) -> str:
@@ -208,3 +213,21 @@ def test_the_chatml_turn_layout_warns_once_for_a_tokenizer_without_chatml_marker
         add_ifd_column(ds, messages_column="messages", model=model, tokenizer=tokenizer,
                        turn_template="<{role}>{content}\n")
     assert "as single tokens" not in caplog.text
+
+
+@pytest.mark.parametrize(("metric", "key"), [("ifd", "ifd_scores"), ("perplexity", "perplexities")])
+def test_a_bad_conversation_gets_nan_and_a_warning_naming_it_in_the_metrics(model, tokenizer, caplog, metric, key):
+    module = evaluate.load(f"./metrics/{metric}")
+    with caplog.at_level(logging.WARNING):
+        result = module.compute(messages=[GOOD, NO_ASSISTANT], model=model, tokenizer=tokenizer)
+    assert math.isfinite(result[key][0]) and math.isnan(result[key][1])
+    assert re.search(r"(Row |\[)1\b", caplog.text), caplog.text
+
+
+def test_an_instruction_template_with_conversations_is_the_same_clear_error_everywhere(model, tokenizer):
+    template = "Q: {instruction}\n{input}\nA: "
+    with pytest.raises(ValueError, match="template"):
+        evaluate.load("./metrics/ifd").compute(messages=[GOOD], template=template, model=model, tokenizer=tokenizer)
+    with pytest.raises(ValueError, match="template"):
+        add_ifd_column(Dataset.from_dict({"messages": [GOOD]}), messages_column="messages", template=template,
+                       model=model, tokenizer=tokenizer)

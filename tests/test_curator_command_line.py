@@ -154,7 +154,8 @@ def test_a_job_of_all_columns_resumes_and_one_of_other_columns_is_refused(tmp_pa
     rows = Dataset.from_list([{"id": f"r{i}", "output": text} for i, text in enumerate(TEXTS)])
     output, every = tmp_path / "all.jsonl", OutputFormat(score_columns="all")
     with pytest.raises(KeyboardInterrupt):
-        run_scoring_job(rows, ShapeCrashAfter(rows=4, batch_size=2), output, progress=False, output=every)
+        run_scoring_job(rows, ShapeCrashAfter(rows=4, batch_size=2), output, progress=False, output=every,
+                        save_every=2)
     work_dir = work_dir_for(output)
     parts = read_jsonl(work_dir / "rank-00000.jsonl")
     assert [list(line) for line in parts] == [["i", "id", "score", "half", "letters", "codes"]] * 4
@@ -454,7 +455,7 @@ def test_ctrl_c_on_ray_says_nothing_was_saved(tmp_path, data, capsys, monkeypatc
     monkeypatch.setattr(ray_jobs, "run_ray_scoring_job", interrupted)
     assert score(shape_config(tmp_path), data, tmp_path / "o.jsonl", "--engine", "ray") == 130
     assert capsys.readouterr().err.splitlines() == [
-        "Interrupted: nothing was saved (the Ray engine does not resume); the same command starts again."]
+        "Interrupted before any row was saved; the same command starts again."]
 
 
 def test_ctrl_c_before_any_row_is_saved_says_so(tmp_path, data, capsys, monkeypatch):

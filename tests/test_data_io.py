@@ -417,3 +417,15 @@ def test_score_echoes_csv_ids_as_they_are_written(tmp_path, model_dir):
     assert main(["score", ppl_config(tmp_path), "--data", str(data), "--output", str(output), "--model", model_dir,
                  "--no-progress"]) == 0
     assert [line["id"] for line in read_jsonl(output)] == ["001", "002", "1e3"]
+
+
+def test_score_reads_csv_cells_as_strings(tmp_path, model_dir):
+    data = tmp_path / "rows.csv"
+    data.write_text("id,instruction,input,output\na,Add the numbers.,2 + 3,5\nb,Add the numbers.,1 + 1,2\n",
+                    encoding="utf-8")
+    config = tmp_path / "ppl.yaml"
+    config.write_text("name: PPLScorer\nmax_length: 64\n", encoding="utf-8")
+    output = tmp_path / "scores.jsonl"
+    assert main(["score", str(config), "--data", str(data), "--output", str(output), "--model", model_dir,
+                 "--no-progress"]) == 0
+    assert [line["id"] for line in read_jsonl(output)] == ["a", "b"]

@@ -134,10 +134,10 @@ def test_a_killed_streaming_job_resumes_where_it_stopped(tmp_path):
     output = tmp_path / "out.jsonl"
     with pytest.raises(KeyboardInterrupt):
         run_scoring_job(stream(rows), CrashAfter(rows=12, batch_size=4), output, data_fingerprint="rows-30",
-                        progress=False)
+                        progress=False, save_every=4)
     assert not output.exists()
     scorer = LengthRatioScorer(batch_size=4)
-    summary = run_scoring_job(stream(rows), scorer, output, data_fingerprint="rows-30", progress=False)
+    summary = run_scoring_job(stream(rows), scorer, output, data_fingerprint="rows-30", progress=False, save_every=4)
     assert scorer.scored_rows == [f"r{i}" for i in range(12, 30)]
     assert [json.loads(line) for line in output.read_text().splitlines()] == expected_lines(rows)
     assert (summary.rows, summary.scored) == (30, 18) and not work_dir_for(output).exists()
@@ -155,7 +155,8 @@ def test_a_stream_checks_each_chunk_before_scoring_it_and_names_the_row(tmp_path
     rows[9]["instruction"] = None
     scorer = LengthRatioScorer(batch_size=4)
     with pytest.raises(ValueError, match="Row 9 .*has no field 'instruction'"):
-        run_scoring_job(stream(rows), scorer, tmp_path / "o.jsonl", data_fingerprint="bad", progress=False)
+        run_scoring_job(stream(rows), scorer, tmp_path / "o.jsonl", data_fingerprint="bad", progress=False,
+                        save_every=4)
     assert scorer.scored_rows == [f"r{i}" for i in range(8)]  # the chunks before it are kept for a rerun
 
 

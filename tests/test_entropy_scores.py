@@ -4,15 +4,18 @@ their definitions, and the configs that name them (and ExcessLossScorer) on the 
 from __future__ import annotations
 
 import json
+import logging
 import math
 
 import numpy as np
 import pytest
 import torch
+from datasets import Dataset
 
 from hf_adapters import cli
 from hf_adapters.formulas.entropy_scores import HESOptions, high_entropy_sum
-from hf_adapters.scorers import HESScorer, NormLossScorer, UPDScorer
+from hf_adapters.formulas.ifd import DEFAULT_TEMPLATE, DEFAULT_TEMPLATE_NO_INPUT
+from hf_adapters.scorers import AnswerEntropyScorer, HESScorer, NormLossScorer, UPDScorer
 from tests.conftest import assert_exact
 
 ROWS = [
@@ -116,3 +119,48 @@ def test_norm_loss_warns_naming_a_row_whose_text_is_one_token(model, tokenizer, 
         scores = NormLossScorer(model=model, tokenizer=tokenizer).score_rows(rows)
     assert math.isfinite(scores[0]) and math.isnan(scores[1])
     assert "Row 1 (id='z'): its text is one token" in caplog.text, caplog.text
+
+
+def naive_answer_scores(model, tokenizer, row, cutoff=0.3):
+    """UPD, HES, NormLoss and the mean entropy of the answer's tokens after IFD's default prompt, one row
+    at a time: (prompt with the tokenizer's special tokens) + (answer tokenized alone)."""
+    if not row["output"]:
+        return [math.nan] * 4
+    template = DEFAULT_TEMPLATE if row["input"] else DEFAULT_TEMPLATE_NO_INPUT
+    context = tokenizer(template.format(instruction=row["instruction"], input=row["input"])).input_ids
+    answer = tokenizer(row["output"], add_special_tokens=False).input_ids
+    ids, logprobs = context + answer, log_probs(model, context + answer)
+    nlls = [-logprobs[j - 1, ids[j]].item() for j in range(len(context), len(ids))]
+    entropies = [-(logprobs[j - 1].exp() * logprobs[j - 1]).sum().item() for j in range(len(context), len(ids))]
+    upd = [1 / (1 + math.exp(-nll)) * max(0.0, 1 - h / math.log(model.config.vocab_size))
+           for nll, h in zip(nlls, entropies, strict=True)]
+    bits = [h / math.log(2) for h in entropies]
+    threshold = np.percentile(bits, (1 - cutoff) * 100)
+    return [sum(upd) / len(upd), sum(b for b in bits if b >= threshold), sum(nlls) / len(nlls) / math.log(2),
+            sum(entropies) / len(entropies)]
+
+
+@pytest.mark.parametrize("batch_size", [1, 3])
+def test_the_exact_convention_scores_the_answer_after_ifds_prompt_as_its_naive_float64_definition(
+        model, tokenizer, batch_size):
+    common = {"model": model, "tokenizer": tokenizer, "batch_size": batch_size, "convention": "exact"}
+    scores = [UPDScorer(**common).score_rows(ROWS), HESScorer(**common, percentile_cutoff=0.3).score_rows(ROWS),
+              NormLossScorer(**common).score_rows(ROWS), AnswerEntropyScorer(**common).score_rows(ROWS)]
+    assert_exact([list(row) for row in zip(*scores, strict=True)],
+                 lambda m: [naive_answer_scores(m, tokenizer, row) for row in ROWS], model)
+
+
+@pytest.mark.parametrize(("scorer", "label"), [("UPDScorer", "UPD"), ("HESScorer", "HES")])
+def test_upd_and_hes_warn_naming_a_row_with_an_empty_answer(model, tokenizer, caplog, scorer, label):
+    """UPD and HES gave NaN for an empty answer without the warning naming the row that the other
+    scorers give; it names the row by its index in the data and its id."""
+    from hf_adapters.columns.dataset_columns import add_score_columns
+    from hf_adapters.scorers import build_scorer
+
+    ds = Dataset.from_dict({"id": ["a", "b", "c"], "instruction": ["Say hi.", "Say nothing.", "Say bye."],
+                            "input": ["", "", ""], "output": ["Hi!", "", "Bye."]})
+    with caplog.at_level(logging.WARNING):
+        scored = add_score_columns(ds, build_scorer({"name": scorer}, model=model, tokenizer=tokenizer), batch_size=2)
+    values = scored[scorer[:-6].lower()]
+    assert math.isnan(values[1]) and math.isfinite(values[0]) and math.isfinite(values[2])
+    assert f"Row 1 (id='b') has an empty output; its {label} is NaN." in caplog.text, caplog.text

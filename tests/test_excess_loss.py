@@ -3,8 +3,11 @@ columns, Rho-1's labels and the papers' selection rules."""
 
 from __future__ import annotations
 
+import logging
 import math
+import re
 
+import evaluate
 import pytest
 import torch
 from datasets import Dataset
@@ -17,6 +20,7 @@ from hf_adapters.formulas.reference_models import TokenizerMismatchError
 from hf_adapters.formulas.token_selection import kept_tokens, rho1_labels
 from hf_adapters.scorers import ExcessLossScorer, build_scorer
 from tests.conftest import EXACT_FLOOR, build_model, build_tokenizer, float64_copy
+from tests.test_conversations import GOOD, NO_ASSISTANT
 
 TEXTS = ["The sea is wide and deep.", "Cats purr. 🐈", "", "Write a short poem about the sea, please, now."]
 CHAT = [{"role": "user", "content": "Name a primary colour."}, {"role": "assistant", "content": "Blue."},
@@ -232,3 +236,38 @@ def test_the_benchmarks_one_at_a_time_reference_gives_our_excess_losses(model, t
     ours = compute_excess_loss(TEXTS[:2], model=model, tokenizer=tokenizer, reference_model=reference,
                                reference_tokenizer=tokenizer)["excess_losses"]
     assert ours == pytest.approx(one_at_a_time_excess(model, reference, tokenizer, TEXTS[:2]), abs=1e-5)
+
+
+def excess_loss_of(entry: str, conversations: list, model, tokenizer, **options) -> dict:
+    """Excess loss of ``conversations`` (the model against itself) through the function or the metric module."""
+    models = {"model": model, "tokenizer": tokenizer, "reference_model": model, "reference_tokenizer": tokenizer}
+    if entry == "function":
+        return compute_excess_loss(messages=conversations, **models, **options)
+    return evaluate.load("./metrics/excess_loss").compute(messages=conversations, **models, **options)
+
+
+@pytest.mark.parametrize("entry", ["function", "metric"])
+def test_compute_excess_loss_gives_nan_and_a_warning_naming_a_conversation_it_cannot_score(
+        model, tokenizer, caplog, entry):
+    """``compute_excess_loss(messages=...)`` raised ConversationError for the whole batch when one
+    conversation could not be scored, where the metric module, ``add_excess_loss_column`` and perplexity
+    give that row NaN with a warning naming it. One policy; the token outputs stay one per row."""
+    with caplog.at_level(logging.WARNING):
+        result = excess_loss_of(entry, [GOOD, NO_ASSISTANT, GOOD], model, tokenizer, return_token_losses=True)
+    assert result["excess_losses"][0] == result["excess_losses"][2] == 0.0 and math.isnan(result["excess_losses"][1])
+    assert math.isnan(result["losses"][1]) and result["losses"][0] == result["losses"][2]
+    assert result["tokens"][1] == [] and result["tokens"][0] == result["tokens"][2] != []
+    assert all(len(result[key]) == 3 for key in ("excess_loss_sums", "reference_losses", "token_excess_losses",
+                                                 "token_losses", "reference_token_losses"))
+    assert re.search(r"Row 1: the conversation has no assistant turn", caplog.text), caplog.text
+
+
+@pytest.mark.parametrize("entry", ["function", "metric"])
+def test_an_empty_assistant_answer_gives_nan_and_a_warning_naming_the_conversation(model, tokenizer, caplog, entry):
+    """A conversation whose assistant turns are all empty has no token to score: NaN, and the warning
+    names the conversation (not the core's position of a turn among all turns)."""
+    empty = [GOOD[0], {"role": "assistant", "content": ""}]
+    with caplog.at_level(logging.WARNING):
+        result = excess_loss_of(entry, [GOOD, GOOD, empty], model, tokenizer)
+    assert math.isnan(result["excess_losses"][2]) and result["excess_losses"][:2] == [0.0, 0.0]
+    assert "Row 2 has no assistant token to score" in caplog.text and "Item" not in caplog.text, caplog.text

@@ -143,3 +143,25 @@ def test_batched_generation_equals_generating_alone_on_real_ifeval_prompts():
     stops = default_stop_token_ids(model, tokenizer)
     expected = [generate_alone(model, prompt, 32, stops) for prompt in prompts]
     assert greedy_generate(model, tokenizer, prompts, max_new_tokens=32, batch_size=4, progress=False) == expected
+
+
+def test_every_forward_pass_runs_off_cudnn_attention_on_cuda(model, tokenizer, prompts, batching, monkeypatch):
+    """cuDNN plans its attention kernel again for every new cache length (74% of the host's time in
+    decoding on an H200, issue 51): on CUDA, generation keeps attention on the other kernels."""
+    devices, off_cudnn = [], []
+    original = generation.without_cudnn_attention
+
+    def as_on_cuda(device):
+        devices.append(device.type)
+        return original(torch.device("cuda"))
+
+    monkeypatch.setattr(generation, "without_cudnn_attention", as_on_cuda)
+    hook = model.model.register_forward_pre_hook(
+        lambda *_: off_cudnn.append(not torch.backends.cuda.cudnn_sdp_enabled()))
+    try:
+        greedy_generate(model, tokenizer, prompts[:4], max_new_tokens=6, stop_token_ids=[], batch_size=3,
+                        progress=False)
+    finally:
+        hook.remove()
+    assert devices == ["cpu"] and len(off_cudnn) >= 4 + 6 and all(off_cudnn)
+    assert torch.backends.cuda.cudnn_sdp_enabled()

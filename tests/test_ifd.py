@@ -406,3 +406,11 @@ def test_a_reverse_template_without_output_is_refused(model, tokenizer):
     with pytest.raises(ValueError, match=r"\{output\}"):
         compute_ifd(["Say hi."], ["Hi!"], direction="reverse", reverse_template="Write the instruction: ",
                     model=model, tokenizer=tokenizer)
+
+
+def test_the_reverse_ifd_warning_names_the_empty_instruction(model, tokenizer, caplog):
+    with caplog.at_level(logging.WARNING):
+        result = compute_ifd(["", "Say hi."], ["Hello.", "Hi!"], direction="reverse", model=model, tokenizer=tokenizer)
+    assert math.isnan(result["ifd_scores"][0])
+    [message] = [record.getMessage() for record in caplog.records if "Row 0" in record.getMessage()]
+    assert "instruction" in message and "output" not in message

@@ -5,10 +5,13 @@ from pathlib import Path
 
 import evaluate
 import pytest
+from datasets import Dataset
 
+from hf_adapters import add_ifd_column
 from hf_adapters.backends.loading import DEFAULT_MODEL_ID, load_model
 from hf_adapters.formulas.ifd import compute_ifd
 from tests.conftest import assert_exact
+from tests.test_conversations import GOOD
 from tests.test_ifd import INPUTS, INSTRUCTIONS, OUTPUTS, naive_ifd
 
 METRIC = str(Path(__file__).resolve().parents[1] / "metrics" / "ifd")
@@ -92,3 +95,27 @@ def test_real_default_model_matches_naive_reference_on_three_rows(ifd_metric):
 def test_missing_instructions_are_an_error_naming_them_not_a_cache_file_message(ifd_metric):
     with pytest.raises(TypeError, match="`instructions` is missing"):
         ifd_metric.compute(outputs=None)
+
+
+@pytest.mark.parametrize(("option", "default"), [("convention", "exact"), ("direction", "forward"),
+                                                 ("return_token_losses", False)])
+def test_the_ifd_metric_with_messages_accepts_options_at_their_defaults(model, tokenizer, option, default):
+    module = evaluate.load("./metrics/ifd")
+    expected = add_ifd_column(Dataset.from_dict({"messages": [GOOD]}), messages_column="messages", model=model,
+                              tokenizer=tokenizer, **{option: default})["ifd"]
+    result = module.compute(messages=[GOOD], model=model, tokenizer=tokenizer, **{option: default})
+    assert result["ifd_scores"] == pytest.approx(list(expected), rel=1e-6)
+
+
+def test_the_ifd_metric_refuses_instructions_together_with_messages(model, tokenizer):
+    with pytest.raises(ValueError, match="instructions"):
+        evaluate.load("./metrics/ifd").compute(messages=[GOOD], instructions=["Say hi."], outputs=["Hi!"],
+                                               model=model, tokenizer=tokenizer)
+
+
+def test_the_ifd_metric_add_batch_without_inputs(model, tokenizer):
+    module = evaluate.load("./metrics/ifd")
+    module.add_batch(instructions=["Say hi.", "Name a colour."], outputs=["Hi!", "Red."])
+    result = module.compute(model=model, tokenizer=tokenizer)
+    expected = compute_ifd(["Say hi.", "Name a colour."], ["Hi!", "Red."], model=model, tokenizer=tokenizer)
+    assert result["ifd_scores"] == pytest.approx(expected["ifd_scores"], rel=1e-6)

@@ -21,11 +21,18 @@ from datasets import Dataset
 from hf_adapters import cli
 from hf_adapters.backends import TransformersBackend
 from hf_adapters.backends.transformers import cpu_kernels
+from hf_adapters.engines import local
 from hf_adapters.engines.local import JobConflictError, run_scoring_job, score_dataset, shard_range, work_dir_for
 from hf_adapters.scorers import SCORERS, PerplexityScorer, PPLScorer, RowScorer, build_scorer, register_scorer
 
 REPO = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
+
+
+@pytest.fixture(autouse=True)
+def chunks_of_four_rows(monkeypatch):
+    """The jobs here save every 4 rows unless they say (the chunks these tests were written for)."""
+    monkeypatch.setattr(local, "CPU_SAVE_EVERY", 4)
 
 
 @register_scorer
@@ -194,7 +201,7 @@ def test_out_of_memory_halves_the_batch_and_keeps_every_row(tmp_path, caplog, er
     rows = make_rows(19)
     scorer = OutOfMemoryAbove(fits=2, error=error, batch_size=8)
     with caplog.at_level(logging.WARNING, logger="hf_adapters.engines.local"):
-        run_scoring_job(Dataset.from_list(rows), scorer, tmp_path / "out.jsonl")
+        run_scoring_job(Dataset.from_list(rows), scorer, tmp_path / "out.jsonl", save_every=8)
     assert read_jsonl(tmp_path / "out.jsonl") == expected_lines(rows)
     assert scorer.scored_rows == [row["id"] for row in rows]
     assert "Out of memory on rows 0-7" in caplog.text and "retrying as 4 + 4 rows" in caplog.text
@@ -609,3 +616,66 @@ def test_an_in_memory_job_still_says_how_many_rows_changed(tmp_path):
         run_scoring_job(Dataset.from_list(rows), CrashAfter(rows=4, batch_size=4), output, progress=False)
     with pytest.raises(JobConflictError, match="12 rows before, 13 now"):
         run_scoring_job(Dataset.from_list(make_rows(13)), LengthRatioScorer(batch_size=4), output, progress=False)
+
+
+# --- How often progress is saved: its own setting, not the batch size -------------------------------------
+
+
+@pytest.fixture
+def chunk_offsets(monkeypatch) -> list[tuple[int, int]]:
+    """(first row, rows) of every chunk a job scores."""
+    chunks, original = [], local.score_chunk
+
+    def recorded(scorer, rows, offset=0, columns=None):
+        chunks.append((offset, len(rows)))
+        return original(scorer, rows, offset, columns)
+
+    monkeypatch.setattr(local, "score_chunk", recorded)
+    return chunks
+
+
+@pytest.mark.parametrize("save_every", [None, 5])
+def test_how_often_progress_is_saved_does_not_depend_on_the_batch_size(tmp_path, chunk_offsets, save_every):
+    saved = []
+    for batch_size in (1, 3, 16):
+        chunk_offsets.clear()
+        run_scoring_job(Dataset.from_list(make_rows(13)), LengthRatioScorer(batch_size=batch_size),
+                        tmp_path / f"{batch_size}.jsonl", progress=False, save_every=save_every)
+        saved.append(list(chunk_offsets))
+    every = save_every or local.CPU_SAVE_EVERY
+    assert saved == [[(start, min(every, 13 - start)) for start in range(0, 13, every)]] * 3
+
+
+class LengthRatioOnAnAccelerator(LengthRatioScorer):
+    """LengthRatioScorer, as if its model ran on a GPU."""
+
+    def model_identity(self):
+        return {"device_type": "cuda"}
+
+
+def test_a_job_on_an_accelerator_saves_every_4096_rows_by_default(tmp_path, chunk_offsets):
+    run_scoring_job(Dataset.from_list(make_rows(20)), LengthRatioOnAnAccelerator(), tmp_path / "o.jsonl",
+                    progress=False)
+    assert chunk_offsets == [(0, 20)] and local.default_save_every("cuda") == 4096
+    with pytest.raises(ValueError, match="`save_every` must be a positive whole number of rows, got 0"):
+        run_scoring_job(Dataset.from_list(make_rows(2)), LengthRatioScorer(), tmp_path / "x.jsonl", save_every=0)
+
+
+def test_the_chunk_setting_changes_no_score_and_no_line_of_the_output(tmp_path, model_dir):
+    """Every row once, in order, whatever ``save_every``; a model's scores move only by float32 rounding
+    (the rows of a chunk are batched among themselves, so another chunking may batch a row with others)."""
+    rows = Dataset.from_list([{"id": f"r{i}", "instruction": "Say something." * (1 + i % 4), "input": "",
+                               "output": "The quick brown fox jumps. " * (1 + i % 5)} for i in range(11)])
+    ratios, perplexities = [], []
+    for save_every in (1, 3, None, 64):
+        run_scoring_job(rows, LengthRatioScorer(), tmp_path / f"ratio-{save_every}.jsonl", progress=False,
+                        save_every=save_every)
+        ratios.append((tmp_path / f"ratio-{save_every}.jsonl").read_bytes())
+    for save_every in (3, 64):
+        run_scoring_job(rows, PPLScorer(model=model_dir), tmp_path / f"ppl-{save_every}.jsonl", progress=False,
+                        save_every=save_every)
+        perplexities.append(read_jsonl(tmp_path / f"ppl-{save_every}.jsonl"))
+    assert ratios[1:] == ratios[:1] * 3
+    assert [[line["id"] for line in lines] for lines in perplexities] == [[f"r{i}" for i in range(11)]] * 2
+    assert [line["score"] for line in perplexities[1]] == pytest.approx([line["score"] for line in perplexities[0]],
+                                                                         rel=1e-6)

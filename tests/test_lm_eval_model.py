@@ -268,3 +268,23 @@ def test_a_device_torch_does_not_know_is_refused_by_name(model, tokenizer):
     """Round five, item 14."""
     with pytest.raises(ModelArgumentError, match="device='tpu' is not a device torch knows"):
         ours(model, tokenizer, device="tpu")
+
+
+def test_the_lm_eval_models_entry_point_is_declared_installed_and_resolves_to_the_registered_model():
+    """lm-eval releases after 0.4.13 load model plugins from the entry-point group ``lm_eval.models``
+    (EleutherAI/lm-evaluation-harness#4013), so that ``lm_eval --model hf-adapters`` finds ours without
+    ``hf-adapters lm-eval``: the group in setup.cfg, as the installed distribution declares it (else:
+    ``pip install -e . --no-deps``), names the class registered as ``hf-adapters``."""
+    import configparser
+    from importlib.metadata import distribution, entry_points
+
+    from lm_eval.api.registry import get_model
+
+    setup = configparser.ConfigParser()
+    setup.read(Path(__file__).resolve().parents[1] / "setup.cfg")
+    declared = [line.strip() for line in setup["options.entry_points"]["lm_eval.models"].splitlines() if line.strip()]
+    installed = [entry for entry in distribution("hf_adapters").entry_points if entry.group == "lm_eval.models"]
+    assert [f"{entry.name} = {entry.value}" for entry in installed] == declared, "reinstall: pip install -e . --no-deps"
+    [entry] = installed
+    assert entry in entry_points(group="lm_eval.models")
+    assert entry.name == "hf-adapters" and entry.load() is HFAdaptersLM is get_model("hf-adapters")

@@ -1,7 +1,11 @@
 """Every folder of ``metrics/`` is a Hub-ready evaluate module on the one base (as evaluate's own
 ``test_metric_common.py`` checks its metrics): it loads, its MetricInfo carries its card, its card and
-app exist, its requirements install what it imports, its documented example runs, and its script holds
-class attributes only (the glue lives in ``hf_adapters.integrations.evaluate_modules``)."""
+app exist, its requirements install what it imports, its documented examples (docstring and card) run,
+and its script holds class attributes only (the glue lives in ``hf_adapters.integrations.evaluate_modules``).
+
+evaluate gets no more fixes upstream (setup.cfg pins the range tested): loading every module with the
+installed evaluate, datasets and huggingface-hub and running its examples here is what shows a breaking
+release of one of them in CI."""
 
 from __future__ import annotations
 
@@ -109,6 +113,16 @@ def check_documented_example(folder: Path) -> None:
     assert runner.run(example, out=report.append).failed == 0, "".join(report)
 
 
+def card_example(folder: Path) -> str:
+    """The first Python block of the card's "How to Use" section, as code (a doctest's lines without
+    their outputs)."""
+    section = (folder / "README.md").read_text(encoding="utf-8").split("## How to Use", 1)[1]
+    block = re.search(r"```python\n(.*?)```", section, re.DOTALL).group(1)
+    if block.lstrip().startswith(">>>"):
+        return "".join(example.source for example in doctest.DocTestParser().get_examples(block))
+    return block
+
+
 def test_every_module_folder_is_found():
     assert {"excess_loss", "ifd", "ifeval", "information_parity", "perplexity"} <= set(IDS)
 
@@ -163,6 +177,19 @@ def test_the_documented_example_runs(folder, monkeypatch):
     """From the repository root; a module with a scorer runs the embedded default model."""
     monkeypatch.chdir(ROOT)
     check_documented_example(folder)
+
+
+@pytest.mark.parametrize("folder", METRICS, ids=IDS)
+def test_the_cards_example_runs_on_the_installed_evaluate_datasets_and_hub(folder, load_calls, monkeypatch):
+    """The card's "How to Use" example, as written, from the repository root: evaluate.load of the
+    folder, then compute. The model it names (the default one, or a placeholder path) is the tiny
+    model here, so that every module's calls into evaluate and datasets run in seconds; the numbers
+    are checked by the docstring examples above."""
+    monkeypatch.chdir(ROOT)
+    code = card_example(folder)
+    assert f'evaluate.load("./metrics/{folder.name}")' in code
+    exec(compile(code, str(folder / "README.md"), "exec"), {})
+    assert bool(load_calls) == runs_a_model(folder)
 
 
 def test_the_widget_computes_the_module_on_its_table():

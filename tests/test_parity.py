@@ -2,6 +2,7 @@
 
 import math
 
+import evaluate
 import numpy as np
 import pytest
 
@@ -14,7 +15,7 @@ from hf_adapters.formulas.information_parity import (
     compute_information_parity,
 )
 from hf_adapters.scorers import InformationParityScorer, build_scorer
-from tests.conftest import assert_exact, naive_nll
+from tests.conftest import assert_exact, build_model, naive_nll
 
 REFERENCES = [
     "The quick brown fox jumps over the lazy dog.",
@@ -257,3 +258,34 @@ def test_a_per_language_loop_scores_the_shared_references_once(load_calls, monke
     fresh = compute_information_parity(PREDICTIONS[2:], REFERENCES[:2], model_id="tiny-b")
     assert len(scored) == 10  # another model's identity shares nothing
     assert second["scores"] == fresh["scores"] and first["scores"] != second["scores"]
+
+
+def test_information_parity_reuses_the_reference_scores_of_an_earlier_call(tokenizer, monkeypatch):
+    model = build_model(len(tokenizer), seed=11)
+    # Named by id, as evaluate users name it: scores are reused under the model's identity (a model object
+    # has none, since its weights may change between calls).
+    monkeypatch.setattr(models, "load_model", lambda *args, **kwargs: (model, tokenizer))
+    references = ["The quick brown fox jumps over the lazy dog, and then it runs far away into the woods.",
+                  "Write a short poem about the sea, the wind and the long grey waves that break on the shore."]
+    first = ["Le renard brun saute.", "Écris un poème."]
+    second = ["Der Fuchs springt.", "Schreib ein Gedicht."]
+    fed = []
+
+    def count(module, args, kwargs):
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        fed.append(0 if ids is None else int(ids.numel()))
+
+    module = evaluate.load("./metrics/information_parity")
+    module.compute(predictions=first, references=references, model_id="tiny-parity-model")
+    hook = model.get_decoder().register_forward_pre_hook(count, with_kwargs=True)
+    try:
+        result = module.compute(predictions=second, references=references, model_id="tiny-parity-model")
+    finally:
+        hook.remove()
+    prediction_tokens = sum(len(tokenizer(text, add_special_tokens=False).input_ids) + 1 for text in second)
+    reference_tokens = sum(len(tokenizer(text, add_special_tokens=False).input_ids) for text in references)
+    assert reference_tokens > 2 * prediction_tokens  # the bound below tells the two apart
+    assert sum(fed) <= 1.5 * prediction_tokens, (sum(fed), prediction_tokens, reference_tokens)
+    fresh = evaluate.load("./metrics/information_parity").compute(
+        predictions=second, references=references, model=build_model(len(tokenizer), seed=11), tokenizer=tokenizer)
+    assert result["scores"] == pytest.approx(fresh["scores"], rel=1e-5)

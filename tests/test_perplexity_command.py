@@ -4,6 +4,7 @@ white space, and ``--stride`` against the model's positions."""
 from __future__ import annotations
 
 import io
+import re
 import sys
 
 import pytest
@@ -94,3 +95,26 @@ def test_stride_zero_has_one_meaning_on_the_command_line_and_in_the_metric(tmp_p
     except (ValueError, TypeError):
         metric_refuses = True
     assert (code != 0) == metric_refuses, (code, metric_refuses, capsys.readouterr().err)
+
+
+def test_the_perplexity_progress_bar_counts_scored_tokens(tmp_path, model_dir, capsys):
+    path = tmp_path / "doc.txt"
+    path.write_text("The quick brown fox jumps over the lazy dog. " * 20, encoding="utf-8")
+    assert main(["perplexity", str(path), "--model", model_dir, "--max-length", "64", "--stride", "16"]) == 0
+    captured = capsys.readouterr()
+    lines = captured.out.splitlines()
+    tokens = int(lines[lines.index(next(line for line in lines if line.startswith("file"))) + 2].split()[2])
+    totals = re.findall(r"(\d+)/(\d+) \[[^\]]*tok", captured.err)
+    assert totals, captured.err
+    assert int(totals[-1][1]) == tokens
+
+
+def test_perplexity_names_the_files_without_tokens(tmp_path, model_dir, capsys):
+    empty, text = tmp_path / "empty.txt", tmp_path / "text.txt"
+    empty.write_text("", encoding="utf-8")
+    text.write_text("The quick brown fox.", encoding="utf-8")
+    main(["perplexity", str(text), str(empty), "--model", model_dir, "--max-length", "64", "--no-progress"])
+    captured = capsys.readouterr()
+    said = [line for line in (captured.out + captured.err).splitlines() if "no token" in line]
+    assert any("empty.txt" in line and "text.txt" not in line for line in said), captured
+    assert main(["perplexity", str(empty), "--model", model_dir, "--max-length", "64", "--no-progress"]) != 0

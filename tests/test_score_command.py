@@ -24,19 +24,22 @@ from hf_adapters.formulas.perplexity import compute_perplexity
 from hf_adapters.scorers import RowScorer, register_scorer
 from tests.conftest import job_rows, read_jsonl, write_jsonl
 from tests.test_jobs import make_rows
+from tests.test_selection import refused_with_a_message
 
 
 @register_scorer
 class OutputLengthScorer(RowScorer):
-    """len(output), NaN when it is empty; records the chunk sizes it is given."""
+    """len(output), NaN when it is empty; records the chunk sizes it is given, and its batch size."""
 
     name = "OutputLengthScorer"
     options = {"model": "none", "batch_size": 4}
     required_fields = ("output",)
     chunks: list[int] = []
+    batch_sizes: list[int] = []
 
     def score_rows(self, rows):
         OutputLengthScorer.chunks.append(len(rows))
+        OutputLengthScorer.batch_sizes.append(self.config["batch_size"])
         return [float(len(row["output"])) if row["output"] else float("nan") for row in rows]
 
 
@@ -66,9 +69,10 @@ def test_writes_one_line_per_row_and_prints_a_summary(tmp_path, data, capsys):
 
 def test_batch_size_and_model_flags_override_the_config(tmp_path, data):
     OutputLengthScorer.chunks.clear()
+    OutputLengthScorer.batch_sizes.clear()
     args = ["score", config(tmp_path), "--data", str(data), "--output", str(tmp_path / "o.jsonl"), "--no-progress"]
-    assert cli.main([*args, "--batch-size", "3", "--model", "other"]) == 0
-    assert OutputLengthScorer.chunks == [3, 3, 3, 1]
+    assert cli.main([*args, "--batch-size", "3", "--model", "other", "--save-every", "4"]) == 0
+    assert OutputLengthScorer.chunks == [4, 4, 2] and OutputLengthScorer.batch_sizes == [3, 3, 3]
 
 
 @pytest.mark.parametrize(
@@ -288,14 +292,14 @@ def test_a_rerun_of_a_finished_job_skips_it_saying_so_and_overwrite_scores_it_ag
     assert capsys.readouterr().out.splitlines() == [
         f"{output} is already this job's complete output (10 rows, 6 valid scores): nothing to do. "
         "Pass --overwrite to score it again."]
-    assert cli.main([*args, "--overwrite"]) == 0 and OutputLengthScorer.chunks == [4, 4, 2]
+    assert cli.main([*args, "--overwrite"]) == 0 and OutputLengthScorer.chunks == [10]
     assert capsys.readouterr().out.startswith("10 rows, 6 valid scores, ")
     OutputLengthScorer.chunks.clear()
     output.write_bytes(first.replace(b"2.0", b"7.0"))  # the output edited since: scored again
-    assert cli.main(args) == 0 and OutputLengthScorer.chunks == [4, 4, 2] and output.read_bytes() == first
+    assert cli.main(args) == 0 and OutputLengthScorer.chunks == [10] and output.read_bytes() == first
     OutputLengthScorer.chunks.clear()
     data.write_text(data.read_text() + json.dumps({"id": 10, "output": "abc"}) + "\n")
-    assert cli.main(args) == 0 and OutputLengthScorer.chunks == [4, 4, 3]
+    assert cli.main(args) == 0 and OutputLengthScorer.chunks == [11]
 
 
 @pytest.mark.parametrize("kind", ["jsonl", "parquet"])
@@ -518,3 +522,11 @@ def test_a_job_warning_names_the_row_by_its_index_in_the_data_and_its_id(tmp_pat
                      "--model", model_dir, "--no-progress"]) == 0
     assert message in caplog.text
     assert "Row 5" not in caplog.text
+
+
+def test_score_refuses_a_config_that_is_a_directory(tmp_path, capsys):
+    data = write_jsonl(tmp_path / "rows.jsonl", [{"id": "a", "instruction": "q", "output": "x"}])
+    folder = tmp_path / "config_dir"
+    folder.mkdir()
+    refused_with_a_message(["score", str(folder), "--data", str(data), "--output", str(tmp_path / "o.jsonl")],
+                           capsys)

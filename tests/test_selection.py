@@ -4,10 +4,13 @@ and the `select` command joining a score file to its data."""
 from __future__ import annotations
 
 import json
+import logging
 import math
+from pathlib import Path
 
+import numpy as np
 import pytest
-from datasets import Dataset
+from datasets import Dataset, DatasetDict
 
 from hf_adapters import cli, select
 from hf_adapters.cli import main
@@ -178,3 +181,77 @@ def test_select_command_refuses_a_nan_max_score(tmp_path, capsys):
         code = exit_.code
     assert code == 2 and not output.exists()
     assert "nan" in capsys.readouterr().err.lower()
+
+
+@pytest.mark.parametrize("column", ["turn_ifd", "text"])
+def test_select_on_a_column_that_is_not_numbers_is_a_message(column):
+    ds = Dataset.from_dict({"ifd": [0.5, 0.7], "turn_ifd": [[0.5], [0.7, 0.2]], "text": ["a", "b"]})
+    with pytest.raises(ValueError, match=column):
+        select(ds, column, top_n=1)
+
+
+def test_select_refuses_a_bound_that_is_not_a_number_with_a_message():
+    ds = Dataset.from_dict({"ifd": [0.5, 1.7]})
+    with pytest.raises(ValueError, match="max_score"):
+        select(ds, "ifd", max_score="1")
+
+
+@pytest.mark.parametrize(("option", "value", "plain"), [("top_n", np.int64(1), 1), ("top_n", np.int32(1), 1),
+                                                        ("top", np.float32(0.5), 0.5)])
+def test_select_accepts_numpy_numbers_for_the_sizes(option, value, plain):
+    ds = Dataset.from_dict({"id": ["a", "b"], "ifd": [0.5, 0.7]})
+    assert list(select(ds, "ifd", **{option: value})["id"]) == list(select(ds, "ifd", **{option: plain})["id"])
+
+
+def test_select_accepts_a_dataset_dict_split_by_split():
+    ds = DatasetDict(train=Dataset.from_dict({"id": ["a", "b"], "ifd": [0.5, 0.7]}),
+                     test=Dataset.from_dict({"id": ["c", "d"], "ifd": [0.9, 0.1]}))
+    kept = select(ds, "ifd", top_n=1)
+    assert isinstance(kept, DatasetDict)
+    assert {split: list(part["id"]) for split, part in kept.items()} == {"train": ["b"], "test": ["c"]}
+
+
+def test_a_selection_that_keeps_no_row_warns(caplog):
+    ds = Dataset.from_dict({"instruction": ["Name a primary colour.", "Add the numbers."], "ifd": [1.2, 0.8]})
+    with caplog.at_level(logging.WARNING):
+        kept = select(ds, "ifd", top=0.5, convention="cherry")  # the README's example
+    assert len(kept) == 0
+    assert any(record.levelno >= logging.WARNING for record in caplog.records), caplog.text
+
+
+def select_files(tmp_path: Path, scores: list) -> list[str]:
+    """``select`` arguments for two data rows and a score file holding ``scores`` (raw JSON values)."""
+    data = write_jsonl(tmp_path / "rows.jsonl", [{"id": "a", "instruction": "q", "output": "x"},
+                                                 {"id": "b", "instruction": "q", "output": "y"}])
+    path = tmp_path / "scores.jsonl"
+    lines = [f'{{"id": "{row_id}", "score": {score}}}\n' for row_id, score in zip("ab", scores, strict=True)]
+    path.write_text("".join(lines), encoding="utf-8")
+    return ["select", "--data", str(data), "--scores", str(path), "--output", str(tmp_path / "selected.jsonl")]
+
+
+def refused_with_a_message(argv: list[str], capsys) -> str:
+    """Run the command line; it must exit 2 with an ``error:`` line and no traceback. Returns stderr."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "Traceback" not in err
+    return err
+
+
+def test_select_command_refuses_a_score_column_that_the_data_has(tmp_path, capsys):
+    refused_with_a_message([*select_files(tmp_path, [0.5, 0.7]), "--top-n", "1", "--column", "id"], capsys)
+
+
+def test_select_command_refuses_a_score_that_is_a_list(tmp_path, capsys):
+    refused_with_a_message([*select_files(tmp_path, ["[0.5]", 0.7]), "--top-n", "1"], capsys)
+
+
+def test_select_command_refuses_a_scores_directory(tmp_path, capsys):
+    argv = select_files(tmp_path, [0.5, 0.7])
+    folder = tmp_path / "scores_dir"
+    folder.mkdir()
+    argv[argv.index("--scores") + 1] = str(folder)
+    refused_with_a_message([*argv, "--top-n", "1"], capsys)
+
+
+def test_select_command_refuses_a_boolean_score(tmp_path, capsys):
+    refused_with_a_message([*select_files(tmp_path, ["true", 0.7]), "--top-n", "1"], capsys)

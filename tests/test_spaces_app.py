@@ -8,12 +8,14 @@ import importlib.util
 import json
 import math
 import re
+from pathlib import Path
 
 import gradio
 import pytest
 import yaml
 
 from tests.spaces_fixtures import ROOT, SPACE, app_fixture, tiny_model_dir_fixture  # noqa: F401  (fixtures)
+from tests.test_conversations import GOOD
 
 
 def write(tmp_path, name: str, text: str) -> str:
@@ -407,3 +409,21 @@ def test_diverse_selection_keeps_deitas_rows_and_draws_them(app, tiny_model_dir)
     assert [json.loads(line)["instruction"] for line in open(selected, encoding="utf-8")] == [
         rows[i]["instruction"] for i in expected]
     assert len(figure.axes[0].collections) == 2 and load_model(tiny_model_dir)
+
+
+def test_the_space_scores_sharegpt_conversations(app, tiny_model_dir):
+    row = {"conversations": [{"from": "human", "value": GOOD[0]["content"]},
+                             {"from": "gpt", "value": GOOD[1]["content"]}]}
+    _, summary, _, _ = app.score_ifd(json.dumps(row), None, tiny_model_dir)
+    assert summary["rows"] == 1 and summary["valid_rows"] == 1
+
+
+def test_the_space_download_is_json_even_with_nan_turn_scores(app, tiny_model_dir):
+    conversation = [GOOD[0], {"role": "assistant", "content": ""}, {"role": "user", "content": "Again."}, GOOD[1]]
+    *_, path = app.score_ifd(json.dumps({"messages": conversation}), None, tiny_model_dir)
+
+    def refuse(constant):
+        raise ValueError(f"{constant} is not JSON")
+
+    [row] = [json.loads(line, parse_constant=refuse) for line in Path(path).read_text().splitlines() if line]
+    assert row["turn_ifd"][0] is None and math.isfinite(row["turn_ifd"][1])

@@ -89,7 +89,8 @@ def test_a_job_killed_part_way_resumes_with_streaming_switched(tmp_path, monkeyp
     config.write_text("name: LengthRatioScorer\nbatch_size: 3\n", encoding="utf-8")
 
     def score(output, *extra: str) -> int:
-        return cli.main(["score", str(config), "--data", str(data), "--output", str(output), "--no-progress", *extra])
+        return cli.main(["score", str(config), "--data", str(data), "--output", str(output), "--no-progress",
+                         "--save-every", "3", *extra])
 
     assert score(tmp_path / "whole.jsonl") == 0
     chunks, original = [], jobs.score_chunk
@@ -121,7 +122,8 @@ def test_a_resumed_stream_of_other_rows_than_the_in_memory_run_is_refused(tmp_pa
     output = tmp_path / "o.jsonl"
     with pytest.raises(KeyboardInterrupt):
         run_scoring_job(Dataset.from_list(make_rows(12)), CrashAfter(rows=4, batch_size=4), output,
-                        data_fingerprint="rows", progress=False)
+                        data_fingerprint="rows", progress=False, save_every=4)
     stream = Dataset.from_list(make_rows(13)).to_iterable_dataset()
     with pytest.raises(JobConflictError, match="the input data changed"):
-        run_scoring_job(stream, LengthRatioScorer(batch_size=4), output, data_fingerprint="rows", progress=False)
+        run_scoring_job(stream, LengthRatioScorer(batch_size=4), output, data_fingerprint="rows", progress=False,
+                        save_every=4)

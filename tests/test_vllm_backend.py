@@ -34,7 +34,7 @@ from hf_adapters.columns.dataset_columns import add_ifd_column
 from hf_adapters.formulas.ifd import compute_ifd
 from hf_adapters.formulas.information_parity import compute_information_parity
 from hf_adapters.formulas.perplexity import compute_perplexity
-from hf_adapters.scorers import ConversationIFDScorer
+from hf_adapters.scorers import ConversationIFDScorer, ScoreSet, build_scorer
 from tests.conftest import assert_exact, float64_copy, write_jsonl
 from tests.spaces_fixtures import load_app
 from tests.test_backends import TEXTS, naive_perplexities
@@ -84,6 +84,18 @@ def test_ifd_metric_and_column_on_vllm_meet_the_exactness_bound(engine, model, t
     assert_exact(result["ifd_scores"], naive, model)
     ds = Dataset.from_dict({"instruction": INSTRUCTIONS, "input": INPUTS, "output": OUTPUTS})
     assert_exact(list(add_ifd_column(ds, backend=engine)["ifd"]), naive, model)
+
+
+def test_each_member_of_a_score_set_on_vllm_equals_the_scorer_alone(engine):
+    batch = {"instruction": INSTRUCTIONS, "input": INPUTS, "output": OUTPUTS}
+    members = [{"name": "IFDScorer"}, {"name": "PPLScorer"}, {"name": "IFDScorer", "convention": "cherry"}]
+    for first, second in ((members[0], members[1]), (members[2], members[1])):
+        score_set = ScoreSet([first, second], backend=engine)
+        together = score_set.score_batch(batch)
+        for member in (first, second):
+            for output, values in build_scorer({**member, "backend": engine}).score_batch(batch).items():
+                assert together[output] == pytest.approx(values, rel=4e-5, nan_ok=True), output
+        assert score_set.work["forward_passes"] <= score_set.work["items"]
 
 
 def test_conversations_rolling_windows_parity_and_token_losses_on_vllm(engine, model, tokenizer):

@@ -19,7 +19,7 @@ from hf_adapters.backends.base import LikelihoodBackend
 from hf_adapters.backends.loading import DEFAULT_MODEL_ID, resolve_dtype
 from hf_adapters.backends.transformers.model import TransformersBackend, score_continuations
 from hf_adapters.backends.vllm import VLLMBackend
-from hf_adapters.core.options import DEFAULT_BATCH_SIZE, OptionSpec, check_batch_size
+from hf_adapters.core.options import OptionSpec, check_batch_size
 from hf_adapters.core.plugins import BACKEND_GROUP, entry_point_class, entry_point_names, refuse_builtin_name
 
 #: Backend classes by the name a config's ``backend:`` key gives.
@@ -97,7 +97,8 @@ class BackendOptions(OptionSpec):
         tokenizer: the tokenizer of ``model``.
         dtype: ``"float32"`` (the CPU default), ``"bfloat16"`` (the GPU default; approximate) or ``"float16"``.
         device: anything torch accepts (``"cpu"``, ``"cuda:1"``); default: accelerate's device.
-        batch_size: the most rows in one forward pass.
+        batch_size: the most rows in one forward pass (None: the backend's default; the transformers
+            backend's is 16 on the CPU and none on an accelerator, where a token budget bounds a batch).
         progress: show a progress bar (None: for long work only).
     """
 
@@ -107,11 +108,12 @@ class BackendOptions(OptionSpec):
     tokenizer: Any = None
     dtype: str | torch.dtype | None = None
     device: str | torch.device | None = None
-    batch_size: int = DEFAULT_BATCH_SIZE
+    batch_size: int | None = None
     progress: bool | None = None
 
     def check(self) -> None:
-        check_batch_size(self.batch_size)
+        if self.batch_size is not None:
+            check_batch_size(self.batch_size)
         resolve_dtype(self.dtype, torch.device("cpu"))
         if isinstance(self.backend, str):
             backend_class(self.backend)

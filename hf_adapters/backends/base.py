@@ -13,7 +13,8 @@ import math
 import numbers
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import torch
 
@@ -21,6 +22,30 @@ from hf_adapters.core.likelihood import ContinuationScore, Item, start_token_id
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
+
+
+class PassSharing(Protocol):
+    """What answers :meth:`LikelihoodBackend.score_checked` while a score set records or replays its members'
+    calls (:class:`hf_adapters.backends.shared_passes.SharedPasses`)."""
+
+    @property
+    def recording_calls(self) -> bool:
+        """Whether the answers are stand-ins, given while the calls are recorded."""
+
+    def score(self, backend: LikelihoodBackend, items: Sequence[Item], settings: dict[str, Any]
+              ) -> list[ContinuationScore]:
+        """The answer to ``backend.score_checked(items, **settings)``."""
+
+
+#: The score set's passes, while one records or replays its members' calls; None otherwise.
+SHARED_PASSES: ContextVar[PassSharing | None] = ContextVar("shared_passes", default=None)
+
+
+def scores_are_stand_ins() -> bool:
+    """Whether :meth:`LikelihoodBackend.score_checked` now answers with a score set's stand-in scores
+    (while it records its members' calls): a formula must not keep them for later calls."""
+    shared = SHARED_PASSES.get()
+    return shared is not None and shared.recording_calls
 
 
 class LikelihoodBackend(ABC):
@@ -123,6 +148,8 @@ class LikelihoodBackend(ABC):
                 f"The backend {backend_label(self)} does not say whether a continuation is the model's greedy one; "
                 "score with the transformers or vllm backend.")
         settings.update({name: True for name, asked in (("entropies", entropies), ("greedy", greedy)) if asked})
+        if (shared := SHARED_PASSES.get()) is not None:
+            return shared.score(self, items, settings)
         return check_scores(self, items, self.score(items, **settings), settings.get("token_losses", False),
                             entropies, greedy)
 

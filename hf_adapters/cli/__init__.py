@@ -72,26 +72,44 @@ def _main(argv: Sequence[str] | None, state: dict[str, Any], watch: _SigintWatch
     from hf_adapters.core.plugins import PluginError
 
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    from hf_adapters.engines import ENGINES
+
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
-    if getattr(args, "passes_arguments_on", False):
-        args.arguments = rest
-    elif rest:
-        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    parsed_engines = set(ENGINES)
     try:
         with _stdout_held_unless(watch):
             import_plugins(args)
-    except PluginError as error:
+            if _engine_added(args, parsed_engines):  # a plugin's or a package's engine: its options join the parser
+                parser = build_parser()
+                args, rest = parser.parse_known_args(argv)
+    except (PluginError, ValueError) as error:
         if watch.received:  # the Ctrl-C, turned into an error by the module it stopped
             raise
         print(f"error: {error}", file=sys.stderr)
         return 2
+    if getattr(args, "passes_arguments_on", False):
+        args.arguments = rest
+    elif rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     state["args"] = args
     with progress_settings_kept(), _package_logging(getattr(args, "verbose", False)):
         if watch.ignored:
             logger.debug("SIGINT is ignored in this process (as a shell starts a background job): Ctrl-C does not "
                          "stop this command.")
         return args.run(args) or 0
+
+
+def _engine_added(args: argparse.Namespace, parsed: set[str]) -> bool:
+    """Whether the engine ``--engine`` names was not among the ``parsed`` ones the parser was built with:
+    registered since by a plugin module, or declared by an installed package (registered now); a ValueError
+    for an unknown one."""
+    from hf_adapters.engines import engine_class
+
+    if getattr(args, "engine", None) is None:
+        return False
+    engine_class(args.engine)
+    return args.engine not in parsed
 
 
 def interrupted_message(args: argparse.Namespace | None, importing: Sequence[str] = ()) -> str:

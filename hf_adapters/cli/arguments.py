@@ -26,9 +26,10 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, overrides: bool = Fa
     parser.add_argument("--dtype", choices=DTYPES, default=None,
                         help="float32 (exact; the CPU default), bfloat16 (approximate; the GPU default) or float16"
                         + of_config)
-    parser.add_argument("--batch-size", type=positive_int, default=None if overrides else DEFAULT_BATCH_SIZE,
-                        help="rows per forward pass; scores do not depend on it"
-                        + (of_config or f" (default: {DEFAULT_BATCH_SIZE})"))
+    parser.add_argument("--batch-size", type=positive_int, default=None,
+                        help="most rows per forward pass; scores do not depend on it"
+                        + (of_config or f" (default: {DEFAULT_BATCH_SIZE} on the CPU; on a GPU none, a token budget "
+                           "chosen from its free memory bounds each batch)"))
     if device:
         parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: accelerate's device)")
     if backend:

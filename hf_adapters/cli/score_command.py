@@ -15,7 +15,16 @@ import argparse
 import sys
 
 from hf_adapters.cli.arguments import add_model_arguments, add_progress_argument, hide_library_progress, positive_int
-from hf_adapters.engines import DEFAULT_ENGINE, ENGINE_ALIASES, ENGINES, Engine, ScoringJob, engine_class, engine_name
+from hf_adapters.engines import (
+    DEFAULT_ENGINE,
+    ENGINE_ALIASES,
+    ENGINES,
+    Engine,
+    ScoringJob,
+    engine_class,
+    engine_name,
+    engine_names,
+)
 from hf_adapters.engines.base import SCORE_COLUMNS_KEY, EngineError, score_columns_of
 from hf_adapters.engines.job_files import JobSummary
 from hf_adapters.files.data_io import LOADERS
@@ -71,7 +80,7 @@ def add_parser(subparsers) -> None:
                         "score a finished job again (by default the same command on its finished, unchanged output "
                         "does nothing)")
     add_progress_argument(parser)
-    parser.add_argument("--engine", type=engine_name, choices=list(ENGINES), default=DEFAULT_ENGINE,
+    parser.add_argument("--engine", type=engine_name, default=DEFAULT_ENGINE, metavar=f"{{{','.join(ENGINES)}}}",
                         help=engines_help())
     for cls in ENGINES.values():
         cls.add_arguments(parser.add_argument_group(cls.title, cls.description))
@@ -87,7 +96,9 @@ def engines_help() -> str:
         notes += [f"formerly `{alias}`" for alias, target in ENGINE_ALIASES.items() if target == name]
         label = f"{name} ({'; '.join(notes)})" if notes else name
         said.append(f"{label}: {cls.summary}")
-    return "; ".join(said)
+    if installed := [name for name in engine_names() if name not in ENGINES]:
+        said.append(f"installed by packages (entry points): {', '.join(installed)}")
+    return "; ".join(said) + "; a --plugin module may register another"
 
 
 def run(args: argparse.Namespace) -> int:

@@ -24,18 +24,20 @@ def fraction(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a fraction such as 0.05 or 5%, got {text!r}") from None
 
 
-def joined_scores(ids: list, lines: list[dict]) -> list[float]:
-    """The score of each row, from a score file written for those rows in order; the ids must agree,
-    and each score must be one number or null."""
+def joined_scores(ids: list, lines: list[dict], column: str = "score") -> list[float]:
+    """The score of each row, from the ``column`` of a score file written for those rows in order; the
+    ids must agree, and each score must be one number or null."""
     if len(lines) != len(ids):
         raise ValueError(f"The score file has {len(lines)} lines for {len(ids)} rows: it was written for other data.")
     for number, (value, line) in enumerate(zip(ids, lines, strict=True)):
-        if "score" not in line:
-            raise ValueError(f"Line {number + 1} of the score file has no `score`: {line!r:.80}")
+        if column not in line:
+            others = [key for key in line if key != "id"]
+            raise ValueError(f"Line {number + 1} of the score file has no `{column}`: {line!r:.80}"
+                             + (f"; --score-column takes one of {others}" if others and number == 0 else ""))
         if line.get("id") != written_id(value):
             raise ValueError(f"Row {number}: the data's id {written_id(value)!r} differs from the score file's "
                              f"{line.get('id')!r}; the score file was written for other data or another order.")
-    return check_scores([line["score"] for line in lines], "the score file's `score`")
+    return check_scores([line[column] for line in lines], f"the score file's `{column}`")
 
 
 def write_selected(dataset, indices: list[int], column: str, scores: list[float], path: str) -> None:
@@ -68,9 +70,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         check_output_path(args.output, {"data": args.data, "scores": args.scores})
         dataset = read_rows(args.data)
+        args.column = args.column or args.score_column
         if args.column in dataset.column_names:
             raise ValueError(f"--column {args.column!r} is a column of the data; give the score another name.")
-        scores = joined_scores(row_ids(dataset), read_records(args.scores))
+        scores = joined_scores(row_ids(dataset), read_records(args.scores), args.score_column)
         options = {"top": args.top, "top_n": args.top_n, "max_score": args.max_score, "min_score": args.min_score,
                    "highest": not args.lowest, "order": args.order, "convention": args.convention}
         if args.diversity:
@@ -112,7 +115,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="write the rows in input order (default) or best first (default for superfiltering)")
     parser.add_argument("--convention", choices=list(SELECTION_CONVENTIONS), default="exact",
                         help=f"{describe(SELECTION_CONVENTIONS)} (default: exact)".replace("%", "%%"))
-    parser.add_argument("--column", default="score", help="name of the score field in the output (default: score)")
+    parser.add_argument("--score-column", default="score",
+                        help="the score file's column to rank by, e.g. ifd in a score set's file (default: score)")
+    parser.add_argument("--column", default=None,
+                        help="name of the score field in the output (default: --score-column's)")
     diversity = parser.add_argument_group("diversity", "keep rows unlike each other, by their embeddings")
     diversity.add_argument("--diversity", choices=["deita", "facility_location", "semantic_dedup"],
                            help="deita: best first, skipping rows too similar to a kept one, until --top-n (or "

@@ -101,7 +101,7 @@ def result_fingerprint(ds: Dataset, scorer: RowScorer, names: Mapping[str, str])
     fingerprint = {key: value for key, value in scorer.fingerprint().items() if key != "batch_size"}
     parts = [ds._fingerprint, importlib.metadata.version("hf_adapters"), fingerprint, dict(names)]
     identity = scorer.model_identity()
-    if isinstance(scorer, ModelRowScorer) and identity is None:
+    if scorer.runs_model and identity is None:
         logger.info("A `model` object (or a backend that cannot say what it runs) was passed: the result is not "
                     "cached across calls; pass `new_fingerprint=` to name it yourself.")
         return generate_random_fingerprint()

@@ -1,8 +1,8 @@
 """User code that adds backends and scorers: entry points of installed packages, and plugin modules.
 
-A package declares its classes in the entry point groups :data:`BACKEND_GROUP` and
-:data:`SCORER_GROUP` (``NAME = "module:Class"``); the registries import one only when a config
-names ``NAME`` and nothing registered has that name, so that no user code runs otherwise. A plugin
+A package declares its classes in the entry point groups :data:`BACKEND_GROUP`, :data:`SCORER_GROUP`
+and :data:`ENGINE_GROUP` (``NAME = "module:Class"``); the registries import one only when a config
+(or ``--engine``) names ``NAME`` and nothing registered has that name, so that no user code runs otherwise. A plugin
 module (``--plugin MODULE`` or :data:`PLUGINS_VARIABLE`) is imported by the command line before it
 reads a config, and registers what it defines itself (``register_backend``, ``register_scorer``).
 Neither may take a built-in backend's or scorer's name: a config naming ``PPLScorer`` or
@@ -23,6 +23,8 @@ from importlib.metadata import EntryPoint, entry_points
 BACKEND_GROUP = "hf_adapters.backends"
 #: The entry point group of scorers: ``NAME = "module:RowScorerSubclass"``.
 SCORER_GROUP = "hf_adapters.scorers"
+#: The entry point group of engines (``hf-adapters score --engine NAME``): ``NAME = "module:EngineSubclass"``.
+ENGINE_GROUP = "hf_adapters.engines"
 #: The environment variable naming plugin modules, separated by commas.
 PLUGINS_VARIABLE = "HF_ADAPTERS_PLUGINS"
 

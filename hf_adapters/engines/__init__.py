@@ -4,15 +4,17 @@
 ``local`` (:class:`~hf_adapters.engines.local.LocalEngine`, the default; formerly ``accelerate``) runs in
 this process, or in each process of ``accelerate launch``, and resumes a killed job; ``ray``
 (:class:`~hf_adapters.engines.ray.RayEngine`) scores on a pool of Ray actors. Another engine is a
-subclass of :class:`Engine` in a file of its own, registered with :func:`register_engine` before the
-command line builds its parser (``docs/guides/adding_an_engine.md``). A :class:`ScoringJob` is what
-every engine runs; plan one from Python with :meth:`ScoringJob.plan`.
+subclass of :class:`Engine` in a file of its own, registered with :func:`register_engine` by a plugin
+module (``--plugin``) or declared by an installed package in the entry point group ``hf_adapters.engines``
+(``docs/guides/adding_an_engine.md``); either way ``--engine NAME`` then takes it, with its options.
+A :class:`ScoringJob` is what every engine runs; plan one from Python with :meth:`ScoringJob.plan`.
 
 Importing this package imports neither torch nor Ray.
 """
 
 from __future__ import annotations
 
+from hf_adapters.core.plugins import ENGINE_GROUP, entry_point_class, entry_point_names
 from hf_adapters.engines.base import Engine, EngineError, ScoringJob
 from hf_adapters.engines.job_files import JobSummary
 from hf_adapters.engines.local import LocalEngine
@@ -58,16 +60,29 @@ def engine_name(text: str) -> str:
 
 
 def engine_class(name: str) -> type[Engine]:
-    """The engine class registered as ``name`` (or an earlier name of it); a ValueError lists the valid names.
+    """The engine class registered as ``name`` (or an earlier name of it), else the one an installed
+    package declares under that name in the entry point group ``hf_adapters.engines`` (imported now, and
+    registered); a ValueError lists the valid names.
 
     Example:
         >>> engine_class("accelerate") is LocalEngine
         True
     """
-    try:
-        return ENGINES[engine_name(name)]
-    except KeyError:
-        raise ValueError(f"Unknown engine {name!r}; valid engines: {sorted(ENGINES)}") from None
+    name = engine_name(name)
+    if name not in ENGINES:
+        cls = entry_point_class(ENGINE_GROUP, name, Engine)
+        if cls is None:
+            raise ValueError(f"Unknown engine {name!r}; valid engines: {engine_names()}")
+        if cls.name != name:
+            raise ValueError(f"The entry point {name!r} (group {ENGINE_GROUP}) names {cls.__name__}, whose name is "
+                             f"{cls.name!r}: the two must agree.")
+        register_engine(cls)
+    return ENGINES[name]
+
+
+def engine_names() -> list[str]:
+    """The names ``--engine`` takes: the registered engines' and the entry points' of ``hf_adapters.engines``."""
+    return sorted({*ENGINES, *entry_point_names(ENGINE_GROUP)})
 
 
 __all__ = [
@@ -81,5 +96,6 @@ __all__ = [
     "ScoringJob",
     "engine_class",
     "engine_name",
+    "engine_names",
     "register_engine",
 ]

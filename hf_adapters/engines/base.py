@@ -156,13 +156,13 @@ class ScoringJob:
     def build_scorer(self) -> RowScorer:
         """The config's scorer, on the job's device (a ValueError where it runs no model), checked to
         have the score columns asked for, before any row is read. Its model loads when it first scores."""
-        from hf_adapters.scorers import ModelRowScorer, build_scorer
+        from hf_adapters.scorers import build_scorer
         from hf_adapters.scorers.base import scorer_class
 
-        if self.device is not None and not issubclass(scorer_class(self.config), ModelRowScorer):
-            raise ValueError(f"--device: {self.config['name']} runs no model.")
+        if self.device is not None and not (cls := scorer_class(self.config)).runs_model:
+            raise ValueError(f"--device: {cls.name} runs no model.")
         scorer = build_scorer(self.config, device=self.device)
-        self.output_format.columns_of(scorer.outputs)
+        self.output_format.columns_of(scorer.outputs, scorer.named_outputs)
         return scorer
 
     def read_rows(self) -> Dataset | IterableDataset:

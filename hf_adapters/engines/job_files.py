@@ -107,20 +107,18 @@ def work_files(output_path: str | Path, output: OutputFormat) -> list[Path]:
     return [*files, temporary]
 
 
-def job_manifest(scorer: RowScorer, data: str, rows: int | None, chunk_size: int,
+def job_manifest(scorer: RowScorer, data: str, rows: int | None, chunk_size: int | None,
                  columns: Mapping[str, str]) -> dict[str, Any]:
     """What a job is, as its manifest records it: the scorer's config (less the batch size) and
     columns, the model's identity, the data's fingerprint and row count (None for a stream), the
     chunk size it starts with and the score ``columns`` it writes. Batch size and process count are
     not part of the job: scores do not depend on them. A model the job cannot identify (an object, a
     backend whose identity() is None) makes results no run ever reuses."""
-    from hf_adapters.scorers import ModelRowScorer
-
     identity = scorer.model_identity()
     return _jsonable({
         "scorer": {key: value for key, value in scorer.fingerprint().items() if key != "batch_size"},
         "model": identity,
-        "identified": identity is not None or not isinstance(scorer, ModelRowScorer),
+        "identified": identity is not None or not scorer.runs_model,
         "data": data,
         "rows": rows,
         "chunk_size": chunk_size,
@@ -148,6 +146,31 @@ def same_columns(old: Mapping[str, Any], manifest: Mapping[str, Any]) -> bool:
 def manifest_columns(manifest: Mapping[str, Any]) -> list[str]:
     """The score columns a manifest's job writes: ``score``, and those it records beside it."""
     return manifest.get("columns") or [SCORE]
+
+
+def job_changes(old: Mapping[str, Any], manifest: Mapping[str, Any]) -> str:
+    """What makes the job of the manifest ``old`` another than that of ``manifest``, in words, for the
+    message refusing to mix their results: its scorer, model, data or score columns (what
+    :func:`same_job` compares), or the engine that started it (``its manifest differs`` where none
+    of them does)."""
+    reasons = []
+    if old.get("scorer") != manifest["scorer"]:
+        reasons.append(f"the scorer config changed (was {old.get('scorer')}, now {manifest['scorer']})")
+    if not (old.get("identified", True) and manifest["identified"]):
+        reasons.append("the model has no identity (a model object, or a backend whose identity() is None), so "
+                       "nothing can tell that its results are this model's")
+    elif old.get("model") != manifest["model"]:
+        reasons.append("the model changed (its weight files, or the dtype or device type it scores in)")
+    if old.get("data") != manifest["data"] or not same_rows(old, manifest):
+        counts = (f" ({old.get('rows')} rows before, {manifest['rows']} now)"
+                  if old.get("rows") is not None and manifest["rows"] is not None else "")
+        reasons.append(f"the input data changed{counts}")
+    if not same_columns(old, manifest):
+        reasons.append(f"the score columns changed (were {', '.join(manifest_columns(old))}, now "
+                       f"{', '.join(manifest_columns(manifest))})")
+    if (engine := old.get("engine", "local")) != manifest.get("engine", "local"):
+        reasons.append(f"it was started with --engine {engine}, whose partial results this engine cannot resume")
+    return "; ".join(reasons) or "its manifest differs"
 
 
 def finished_job(output_path: Path, output: OutputFormat, manifest: Mapping[str, Any]) -> tuple[int, int] | None:

@@ -1,12 +1,30 @@
 """The Ray engine (``hf-adapters score --engine ray``, :class:`RayEngine`): score a data set into an
-output file on a Ray cluster.
+output file on a Ray cluster, the rows read and the scores written by the workers; resumable.
 
-The rows are read and checked here, exactly as :func:`hf_adapters.engines.local.run_scoring_job` does, then
-handed to Ray as Arrow tables that carry each row's index; a pool of actors scores them
-(:mod:`hf_adapters.engines.ray_columns`) and this process writes the scores, in input order, with the
-job's own writer: the output appears whole or not at all. Not resumable: a killed job starts
-again from the first row (Ray retries failed tasks itself). A finished job is recorded as the
-default engine records it: running it again (on either engine) does nothing.
+The command's own process (Ray's driver) reads no row and holds no score:
+
+1. Ray tasks, one per shard, read the data through with the default engine's checks and types
+   (:mod:`hf_adapters.engines.ray_shards`): the same errors, in the same order, and, unless
+   ``--streaming``, every row checked with the scorer before any is scored. The driver only merges
+   what they found: each shard's types and row count.
+2. Ray Data reads each shard on the workers in blocks of ``rows_per_block`` rows, and a pool of
+   actors scores each block and writes it as a part file in the output's work folder, named by
+   shard file and row range (:mod:`hf_adapters.engines.ray_blocks`, :mod:`hf_adapters.engines.ray_parts`).
+   The driver counts the rows for the progress bar.
+3. The driver merges the parts, one at a time, into the file the default engine writes (JSONL, or
+   Parquet shards of ``rows_per_shard`` rows), or, with ``file_per_block``, makes the parts
+   themselves the Parquet output; it appears whole or not at all.
+
+Killed at any point (the driver, a worker, a node) and run again, the job skips the parts already
+written, after the local engine's identity checks (model, options, data fingerprint, score
+columns): its output is the file of an uninterrupted run, byte for byte where the scores are
+deterministic (a GPU, or ``HF_ADAPTERS_CPU_LINEAR`` pinning the CPU kernel). Ray also replaces a
+worker that dies during the run. With ``--streaming`` each block's rows are checked just before
+they are scored, not all first. A finished job is recorded as the default engine records it:
+running it again (on either engine) does nothing.
+
+The data must be files every node reads at the same path, and the output's folder one every node
+writes (a local cluster, or shared storage); a hub data set is read into ``datasets``' cache first.
 
 Importing this module imports neither Ray nor torch: the command line's ``--help`` lists this engine's
 options without them.
@@ -16,9 +34,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import logging
-import math
 import os
+import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -27,31 +46,44 @@ from typing import TYPE_CHECKING, Any
 
 from tqdm.auto import tqdm
 
-from hf_adapters.core.options import DEFAULT_BATCH_SIZE, non_negative_float, positive_int
+from hf_adapters.core.options import non_negative_float, positive_int
 from hf_adapters.engines.base import Engine, EngineError, ScoringJob
 from hf_adapters.engines.job_files import (
+    LOCK,
     JobSummary,
     check_dataset,
     finished_job,
-    iter_rows,
     job_manifest,
     output_schema,
-    record_finished_job,
     score_schema,
     work_dir_for,
 )
-from hf_adapters.engines.ray_columns import ROW_COLUMN, add_ray_score_columns
-from hf_adapters.files.json_values import json_safe, to_json_value
-from hf_adapters.files.output_paths import check_output_path
-from hf_adapters.files.score_files import SCORE, OutputFormat, records, write_output
+from hf_adapters.engines.local import JobConflictError, default_save_every
+from hf_adapters.engines.ray_parts import (
+    ENGINE,
+    block_name,
+    discard_if_nothing_saved,
+    finish,
+    finished_parts,
+    merge_parts,
+    open_work_dir,
+    remove_temporary_files,
+    saved_rows,
+)
+from hf_adapters.files.run_folder import LockHeld, exclusive_lock
+from hf_adapters.files.score_files import OutputFormat, count_valid
 
 if TYPE_CHECKING:
-    from datasets import Dataset
+    from hf_adapters.engines.ray_blocks import WorkerScorer
+    from hf_adapters.engines.ray_shards import ShardedData
+    from hf_adapters.scorers import RowScorer
 
-#: Blocks (Ray's unit of work) per worker the rows are cut into, so that the workers share them out.
+logger = logging.getLogger(__name__)
+
+#: Most rows per block, where the command does not say: the unit of work of a worker, and of resuming.
+DEFAULT_ROWS_PER_BLOCK = 4096
+#: Blocks per worker a job of few rows is cut into, at least, so that the workers share them out.
 BLOCKS_PER_WORKER = 8
-#: Most batches in one block.
-MAX_BATCHES_PER_BLOCK = 64
 #: The level of Ray's C++ logs (``trace`` ... ``fatal``), read when Ray connects.
 BACKEND_LOG_LEVEL = "RAY_BACKEND_LOG_LEVEL"
 
@@ -63,8 +95,10 @@ class RayJobError(EngineError):
 @dataclass(frozen=True)
 class RayEngine(Engine):
     """``--engine ray``: :func:`run_ray_scoring_job` on ``num_workers`` Ray actors with ``gpus_per_worker``
-    GPUs each, on the cluster at ``address`` (see :func:`hf_adapters.engines.ray_cluster.connect`); not
-    resumable.
+    GPUs each, on the cluster at ``address`` (see :func:`hf_adapters.engines.ray_cluster.connect`), in
+    blocks of ``rows_per_block`` rows (None: :func:`default_rows_per_block`; a resumed job keeps its own), the
+    workers importing the ``plugins`` first; with ``file_per_block``, a Parquet output is a file per
+    block. Resumable.
 
     Example:
         >>> job = ScoringJob.plan({"name": "PPLScorer"}, data="rows.jsonl", output="ppl.jsonl")
@@ -73,14 +107,18 @@ class RayEngine(Engine):
     """
 
     name = "ray"
-    summary = "a pool of Ray actors, each loading the model once"
+    summary = "a pool of Ray actors, each loading the model once; the workers read the data and write the output"
     title = "Ray engine"
     description = ("score on a Ray cluster (pip install 'hf_adapters[ray]'): same rows, order and scores as the "
-                   "default engine, but not resumable (a killed job starts again; Ray retries failed tasks itself)")
+                   "default engine; the workers read the shards and write a part per block of rows into OUTPUT.parts, "
+                   "which the command merges; resumable (the same command skips the blocks already written)")
 
     num_workers: int = 1
     gpus_per_worker: float = 0
     address: str | None = None
+    rows_per_block: int | None = None
+    file_per_block: bool = False
+    plugins: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def add_arguments(cls, group: argparse._ArgumentGroup) -> None:
@@ -91,33 +129,41 @@ class RayEngine(Engine):
         group.add_argument("--ray-address", default=None, metavar="ADDRESS",
                            help="the cluster: its head's HOST:PORT (e.g. 10.0.0.1:6379) or auto (default: "
                            "$RAY_ADDRESS, else the cluster `ray start` runs on this machine, else a new local one)")
+        group.add_argument("--rows-per-block", type=positive_int, default=None, metavar="N",
+                           help="rows of a shard each worker call scores and writes as one part file: the unit of "
+                           f"resuming (default: {BLOCKS_PER_WORKER} blocks per worker, at most "
+                           f"{DEFAULT_ROWS_PER_BLOCK:,} rows; a resumed job keeps its own)")
+        group.add_argument("--file-per-block", action="store_true", default=None,
+                           help="with --output-format parquet: leave the output as the workers wrote it, one Parquet "
+                           "file per block (part-SHARD-FILE-FIRST-STOP.parquet, in input order by name), as Ray "
+                           "Data's write_parquet does, instead of merging them into --rows-per-shard shards")
 
     @classmethod
     def from_arguments(cls, args: argparse.Namespace) -> RayEngine:
-        return cls(args.num_workers or 1, args.gpus_per_worker or 0, args.ray_address)
+        from hf_adapters.core.plugins import plugin_modules
+
+        return cls(args.num_workers or 1, args.gpus_per_worker or 0, args.ray_address, args.rows_per_block,
+                   bool(args.file_per_block), tuple(plugin_modules(getattr(args, "plugin", None))))
 
     def run(self, job: ScoringJob) -> JobSummary:
-        """Refuse what Ray cannot do (:meth:`check`), check the output and the scorer, read the rows and
-        score them on Ray (:func:`run_ray_scoring_job`)."""
+        """Refuse what Ray cannot do (:meth:`check`), check the output and the scorer, and score the
+        rows on Ray (:func:`run_ray_scoring_job`)."""
         from accelerate import PartialState
 
         self.check(job, PartialState().num_processes)
+        if self.file_per_block and job.output_format.kind != "parquet":
+            raise ValueError("--file-per-block: only with --output-format parquet (a JSONL output is one file).")
         job.check_output()
-        job.build_scorer()  # an unknown scorer or output is refused before the data is read
-        dataset = job.read_rows()
-        return run_ray_scoring_job(dataset, job.config, job.output_path, num_workers=self.num_workers,
-                                   gpus_per_worker=self.gpus_per_worker, address=self.address,
-                                   progress=job.progress, output=job.with_stored_types().output_format,
-                                   data_fingerprint=job.data_fingerprint(), overwrite=job.overwrite)
+        job.build_scorer()  # an unknown scorer or output is refused before Ray starts
+        return run_ray_scoring_job(job, num_workers=self.num_workers, gpus_per_worker=self.gpus_per_worker,
+                                   address=self.address, rows_per_block=self.rows_per_block,
+                                   file_per_block=self.file_per_block, plugins=self.plugins)
 
     @staticmethod
     def check(job: ScoringJob, num_processes: int = 1) -> None:
-        """Refuse, before anything is read, a job the Ray engine cannot run: a stream, a ``device``
-        (workers score on the GPUs they are given), or one started as ``num_processes`` > 1 processes
-        of ``accelerate launch``."""
-        if job.streaming:
-            raise ValueError("--streaming does not apply to --engine ray: the rows are read and checked first, then "
-                             "handed to Ray. Leave out --streaming (or use the default engine to stream).")
+        """Refuse, before anything is read, a job the Ray engine cannot run: a ``device`` (workers
+        score on the GPUs they are given), or one started as ``num_processes`` > 1 processes of
+        ``accelerate launch``."""
         if job.device is not None:
             raise ValueError("--device does not apply to --engine ray: its workers score on the GPUs "
                              "--gpus-per-worker gives them, else on CPU.")
@@ -126,132 +172,242 @@ class RayEngine(Engine):
                              "processes): start the command directly; Ray spreads the work over its workers.")
 
     def interrupted_message(self, job: ScoringJob) -> str:
-        return "Interrupted: nothing was saved (the Ray engine does not resume); the same command starts again."
+        """The rows saved in the job's work folder, and that the same command resumes."""
+        saved, total = saved_rows(job.output_path)
+        if not saved:
+            return "Interrupted before any row was saved; the same command starts again."
+        of = "" if total is None else f" of {total:,}"
+        return (f"Interrupted: {saved:,}{of} rows are saved in {work_dir_for(job.output_path)}; "
+                "run the same command again to resume.")
 
 
-def run_ray_scoring_job(
-    dataset: Dataset,
-    config: Mapping[str, Any],
-    output_path: str | Path,
-    *,
-    num_workers: int = 1,
-    gpus_per_worker: float = 0,
-    address: str | None = None,
-    progress: bool = True,
-    output: OutputFormat | None = None,
-    data_fingerprint: str | None = None,
-    overwrite: bool = False,
-) -> JobSummary:
-    """Score every row of ``dataset`` with the scorer ``config`` names, on ``num_workers`` Ray actors
-    with ``gpus_per_worker`` GPUs each, into ``output_path``: the same file, row for row, as
-    :func:`~hf_adapters.engines.local.run_scoring_job` writes (JSONL ``{"id", "score"}`` in input order;
-    ``output`` chooses Parquet shards, the rows' own columns and more of the scorer's outputs).
+def run_ray_scoring_job(job: ScoringJob, *, num_workers: int = 1, gpus_per_worker: float = 0,
+                        address: str | None = None, rows_per_block: int | None = None, file_per_block: bool = False,
+                        plugins: Sequence[tuple[str, str]] = ()) -> JobSummary:
+    """Score every row of ``job`` on ``num_workers`` Ray actors with ``gpus_per_worker`` GPUs each, into
+    its output: the file :func:`~hf_adapters.engines.local.run_scoring_job` writes, row for row (with
+    ``file_per_block``, a Parquet output is a file per block instead). The workers read the data in
+    blocks of ``rows_per_block`` rows and write a part per block into the output's work folder;
+    they import the ``plugins`` (``(module, where it was named)``) before building the scorer.
 
-    Connects to the Ray cluster at ``address`` (see :func:`hf_adapters.engines.ray_cluster.connect`; a local
-    one it starts stops at the end). Every row is checked before Ray starts; an unreachable cluster
-    or workers it cannot place are a ``RayClusterError`` (a ValueError), a failure in a worker a
-    :class:`RayJobError`. Nothing is written under ``output_path`` until every row is scored. With
-    ``progress``, one bar counts the rows as they come back (Ray Data's own bars and logs are off).
-    Rows without an ``id`` are written with their row number. ``data_fingerprint`` identifies the
-    data (default: ``dataset._fingerprint``): a job whose output is already complete (from either
-    engine) and unchanged is not run again (the summary says ``skipped``) unless ``overwrite``.
+    Connects to the Ray cluster at ``address`` (see :func:`hf_adapters.engines.ray_cluster.connect`; a
+    local one it starts stops at the end). An unreachable cluster or workers it cannot place are a
+    ``RayClusterError`` (a ValueError); the data's errors are the default engine's ValueErrors; a
+    failure in a worker is a :class:`RayJobError`. Rerun after a kill, it resumes; a job whose output
+    is already complete (from either engine) and unchanged is not run again (the summary says
+    ``skipped``) unless ``job.overwrite``. With ``job.progress``, one bar counts the rows as the
+    workers save them (Ray Data's own bars and logs are off).
 
     Example:
-        >>> from hf_adapters.files.data_io import read_rows
+        >>> from hf_adapters.engines import ScoringJob
         >>> from hf_adapters.engines.ray import run_ray_scoring_job
-        >>> config = {"name": "PPLScorer", "batch_size": 8}
-        >>> print(run_ray_scoring_job(read_rows("rows.jsonl"), config, "scores.jsonl", num_workers=2))  # doctest: +SKIP
+        >>> job = ScoringJob.plan({"name": "PPLScorer", "batch_size": 8}, data="rows.jsonl", output="scores.jsonl")
+        >>> print(run_ray_scoring_job(job, num_workers=2))  # doctest: +SKIP
         1000 rows, 998 valid scores, 85.0 rows/s
     """
-    from hf_adapters.engines.ray_cluster import ray_session
-    from hf_adapters.scorers import build_scorer
+    from hf_adapters.engines.ray_blocks import WorkerScorer
+    from hf_adapters.engines.ray_cluster import check_resources, ray_session
+    from hf_adapters.engines.ray_shards import plan_data, refuse_row
 
     started = time.perf_counter()
-    output = output or OutputFormat()
-    output_path = Path(output_path)
-    check_output_path(output_path, folder=output.kind == "parquet")
-    if work_dir_for(output_path).exists():
-        raise ValueError(f"{work_dir_for(output_path)} holds the partial results of a job run without Ray; finish "
-                         "it (rerun it without --engine ray) or remove that folder first.")
-    scorer = build_scorer(config)
-    dataset = dataset.with_format(None)
-    columns = output.columns_of(scorer.outputs)
-    scorer.use_columns(dataset.column_names)
-    # A model that cannot be found fails here, before Ray starts.
-    manifest = job_manifest(scorer, data_fingerprint or dataset._fingerprint, len(dataset),
-                            int(scorer.config.get("batch_size") or DEFAULT_BATCH_SIZE), columns)
-    if not overwrite and (finished := finished_job(output_path, output, manifest)) is not None:
-        return JobSummary(*finished, time.perf_counter() - started, 0, skipped=True)
-    check_dataset(dataset, scorer, output, columns)
-    schema = output_schema(dataset, output, score_schema(scorer, columns))
+    output = job.with_stored_types().output_format
+    scorer = job.build_scorer()
+    columns = output.columns_of(scorer.outputs, scorer.named_outputs)
+    on_cpu = not gpus_per_worker and scorer.runs_model
+    workers = WorkerScorer(dataclasses.replace(job, device="cpu" if on_cpu else None, output_format=output),
+                           tuple(plugins))
     with _backend_errors_hidden(), ray_session(address) as ray:
-        _hide_ray_progress(ray, progress)
-        cells = tqdm(scores_on_ray(ray, dataset, scorer, config, num_workers, gpus_per_worker, columns),
-                     total=len(dataset), unit="row", desc="Scoring", disable=not progress)
-        items = ({"id": to_json_value(id_value), **row} for id_value, row in zip(_ids(dataset), cells, strict=True))
-        rows = iter_rows(dataset) if output.keep_columns else None
-        try:
-            valid = write_output(output_path, output, records(items, rows, list(columns.values())), schema)
-        except ray.exceptions.RayError as error:
-            raise RayJobError(f"Scoring failed in a Ray worker: {worker_error(error)}") from None
-    record_finished_job(output_path, output, manifest, len(dataset), valid)
-    return JobSummary(len(dataset), valid, time.perf_counter() - started, len(dataset))
+        check_resources(num_workers, gpus_per_worker)
+        _hide_ray_progress(ray, job.progress)
+        environment = _runtime_environment(plugins)
+        tasks = {"num_cpus": 1, **({"runtime_env": environment} if environment else {})}
+        with _worker_errors(ray):
+            fingerprint = _data_fingerprint(ray, job, tasks)
+            planned = job_manifest(scorer, fingerprint, None, None, columns)
+            if not job.overwrite and (finished := finished_job(job.output_path, output, planned)) is not None:
+                return JobSummary(*finished, time.perf_counter() - started, 0, skipped=True)
+            data, refused = plan_data(ray, job, workers, tasks)
+        check_dataset(_no_rows(data), scorer, output, columns)
+        if refused is not None:
+            refuse_row(data, *refused, scorer)
+        chunk = default_save_every("cuda" if gpus_per_worker else "cpu")
+        manifest = {**job_manifest(scorer, fingerprint, data.rows, None, columns), "engine": ENGINE,
+                    "rows_per_block": rows_per_block or default_rows_per_block(data.rows, num_workers, chunk),
+                    "rows_per_chunk": chunk}
+        run = _Run(ray, job, output, data, columns, _part_schema(data, output, scorer, columns), workers,
+                   num_workers, gpus_per_worker, environment, file_per_block)
+        with _job_lock(work_dir_for(job.output_path)):
+            try:
+                return run.resume(manifest, scorer, started)
+            except BaseException:
+                discard_if_nothing_saved(job.output_path)
+                raise
 
 
-def scores_on_ray(ray: Any, dataset: Dataset, scorer: Any, config: Mapping[str, Any], num_workers: int,
-                  gpus_per_worker: float, columns: Mapping[str, str]) -> Iterator[dict[str, Any]]:
-    """Each row's score ``columns`` (output -> column), in input order, as Ray's actors return them:
-    the rows go to Ray as Arrow blocks of the columns the scorer reads (and ``id``), scored lazily as
-    the caller iterates."""
-    if not len(dataset):
-        return iter(())
-    batch_size = int(scorer.config.get("batch_size") or DEFAULT_BATCH_SIZE)
-    shipped = [column for column in dict.fromkeys([*scorer.source_columns, "id"]) if column in dataset.column_names]
-    blocks = list(arrow_blocks(dataset.select_columns(shipped), num_workers, batch_size))
-    scored = add_ray_score_columns(ray.data.from_arrow(blocks), config, num_workers=num_workers,
-                                   gpus_per_worker=gpus_per_worker, names=columns, keep_columns=False)
-    return ordered_columns(scored, len(dataset), list(columns.values()))
+def default_rows_per_block(rows: int, num_workers: int, rows_per_chunk: int) -> int:
+    """Rows per block of a job that does not say: :data:`BLOCKS_PER_WORKER` blocks per worker at least,
+    in whole chunks of ``rows_per_chunk`` rows (those the local engine scores together), and at
+    most :data:`DEFAULT_ROWS_PER_BLOCK` rows. A resumed job keeps its own, whatever its workers.
+
+    Example:
+        >>> default_rows_per_block(160, 2, 16), default_rows_per_block(200_000, 2, 16)
+        (16, 4096)
+    """
+    per_block = -(-rows // (num_workers * BLOCKS_PER_WORKER))
+    return min(max(-(-per_block // rows_per_chunk) * rows_per_chunk, rows_per_chunk), DEFAULT_ROWS_PER_BLOCK)
 
 
-def arrow_blocks(dataset: Dataset, num_workers: int, batch_size: int) -> Iterator[Any]:
-    """The rows as Arrow tables of whole batches, each with a :data:`ROW_COLUMN` of the rows' indices:
-    about ``BLOCKS_PER_WORKER`` per worker, at most ``MAX_BATCHES_PER_BLOCK`` batches each."""
+@dataclass(frozen=True)
+class _Run:
+    """One run of a Ray job, its data planned and its work folder locked."""
+
+    ray: Any
+    job: ScoringJob
+    output: OutputFormat
+    data: ShardedData
+    columns: dict[str, str]
+    schema: Any
+    workers: WorkerScorer
+    num_workers: int
+    gpus_per_worker: float
+    environment: dict[str, Any]
+    file_per_block: bool
+
+    def resume(self, manifest: dict[str, Any], scorer: RowScorer, started: float) -> JobSummary:
+        """Open the work folder (fresh, resumed or complete), score the blocks that have no part yet and
+        merge the parts into the output."""
+        work_dir, output_path = work_dir_for(self.job.output_path), self.job.output_path
+        decision, in_force = open_work_dir(work_dir, output_path, manifest, self.job.overwrite, self.output)
+        if decision == "complete":
+            logger.info("%s is already this job's complete output; finishing its cleanup.", output_path)
+            rows = in_force["total_rows"]
+            valid = in_force["valid"] if "valid" in in_force else \
+                count_valid(output_path, self.output, next(iter(self.columns.values())))  # the local engine's job
+            finish(work_dir, output_path, self.output, in_force, rows, valid)
+            return JobSummary(rows, valid, time.perf_counter() - started, 0)
+        remove_temporary_files(work_dir)
+        blocks = [(shard, block, block_name(shard, block)) for shard in self.data.shards
+                  for block in shard.blocks(in_force["rows_per_block"])]
+        names = [name for _, _, name in blocks]
+        done = finished_parts(work_dir, names, self.output)
+        todo: dict[int, list[int]] = {}
+        for shard, block, name in blocks:
+            if name not in done:
+                todo.setdefault(shard.index, []).append(block.start)
+        already = sum(rows for rows, _ in done.values())
+        if todo:
+            self.score_blocks(todo, in_force, scorer, already)
+            done = finished_parts(work_dir, names, self.output)
+        if missing := [name for name in names if name not in done]:
+            raise RuntimeError(f"{len(missing)} block(s) have no part in {work_dir}, the first {missing[0]}.")
+        valid = sum(found for _, found in done.values())
+        merge_parts(work_dir, output_path, self.output, names, self.schema, in_force, self.data.rows, valid,
+                    self.file_per_block)
+        return JobSummary(self.data.rows, valid, time.perf_counter() - started, self.data.rows - already)
+
+    def score_blocks(self, todo: Mapping[int, list[int]], manifest: Mapping[str, Any], scorer: RowScorer,
+              already: int) -> None:
+        """Read and score the blocks ``todo`` (shard number -> rows where its blocks start) on Ray: a read
+        task per shard, a pool of scoring actors, each block written as its part."""
+        from hf_adapters.engines.ray_blocks import ScoreBlocks, read_blocks
+        from hf_adapters.engines.ray_columns import remote_arguments_allowed, scoring_actors, worker_threads
+
+        ray, data = self.ray, self.data
+        shipped = data.column_names if self.output.keep_columns else \
+            [column for column in data.column_names if column in {*scorer.source_columns, "id"}]
+        items = [{"shard": index, "starts": starts} for index, starts in todo.items()]
+        shards = ray.data.from_items(items, override_num_blocks=len(items))
+        shards.context.target_max_block_size = 1  # each block of rows a block of Ray's, whatever its size
+        remote = {"runtime_env": self.environment} if self.environment else {}
+        with remote_arguments_allowed():
+            blocks = shards.map_batches(read_blocks, batch_size=1, batch_format="pyarrow", num_cpus=0,
+                                        fn_kwargs={"data": data, "rows_per_block": manifest["rows_per_block"],
+                                                   "columns": shipped}, **remote)
+            scored = blocks.map_batches(
+                ScoreBlocks, batch_size=1, batch_format="pyarrow",
+                fn_constructor_kwargs={"scorer": self.workers, "work_dir": str(work_dir_for(self.job.output_path)),
+                                       "data_columns": data.column_names, "columns": self.columns,
+                                       "rows_per_chunk": manifest["rows_per_chunk"], "schema": self.schema,
+                                       "check": self.job.streaming, "threads": worker_threads(self.gpus_per_worker)},
+                **scoring_actors(ray, self.num_workers, self.gpus_per_worker, self.environment))
+            bar = tqdm(total=data.rows - already, unit="row", desc="Scoring", disable=not self.job.progress)
+            with bar, _worker_errors(ray):
+                for summary in scored.iter_rows():
+                    if summary["error"] is not None:
+                        raise ValueError(summary["error"])
+                    bar.update(summary["rows"])
+
+
+def _no_rows(data: ShardedData) -> Any:
+    """A ``Dataset`` without rows, of the data's columns and types: what the default engine's checks of
+    the columns and its output schema read."""
+    from datasets import Dataset, Features
+
+    return Dataset.from_dict({name: [] for name in data.column_names}, features=Features.from_arrow_schema(data.schema))
+
+
+def _part_schema(data: ShardedData, output: OutputFormat, scorer: RowScorer, columns: Mapping[str, str]) -> Any:
+    """The Parquet schema of the output's records (:func:`~hf_adapters.engines.job_files.output_schema`),
+    with the data's own type for ids of nested values (each part is written alone); None for JSONL."""
     import pyarrow as pa
 
-    batches = math.ceil(len(dataset) / (batch_size * num_workers * BLOCKS_PER_WORKER))
-    rows_per_block = batch_size * min(max(batches, 1), MAX_BATCHES_PER_BLOCK)
-    arrow = dataset.with_format("arrow")
-    for start in range(0, len(dataset), rows_per_block):
-        stop = min(start + rows_per_block, len(dataset))
-        yield arrow[start:stop].append_column(ROW_COLUMN, pa.array(range(start, stop), pa.int64()))
+    schema = output_schema(_no_rows(data), output, score_schema(scorer, columns))
+    if schema is None or "id" in schema.names:
+        return schema
+    return pa.schema([data.schema.field("id") if "id" in data.column_names else pa.field("id", pa.int64()), *schema])
 
 
-def ordered_scores(scored: Any, num_rows: int) -> Iterator[float | None]:
-    """The ``score`` of each row of the Ray data set ``scored``, as the job writes it (NaN or inf as
-    None), checked to come back in input order."""
-    return (row[SCORE] for row in ordered_columns(scored, num_rows, [SCORE]))
+def _data_fingerprint(ray: Any, job: ScoringJob, tasks: Mapping[str, Any]) -> str:
+    """What identifies the job's data (:meth:`ScoringJob.data_fingerprint`): for files, a hash of their
+    bytes, computed by a Ray task (the command's machine reads no row); for a hub data set, its commit."""
+    from hf_adapters.files.data_io import data_files, data_fingerprint, is_saved_dataset
+
+    if not (is_saved_dataset(job.data) or data_files(job.data) is not None):
+        return job.data_fingerprint()
+    return ray.get(ray.remote(data_fingerprint).options(**tasks).remote(os.path.abspath(job.data), job.split))
 
 
-def ordered_columns(scored: Any, num_rows: int, columns: Sequence[str]) -> Iterator[dict[str, Any]]:
-    """The ``columns`` of each row of the Ray data set ``scored``, as the job writes them (``score`` a
-    float; NaN or inf, in lists too, as None), checked to come back in input order."""
-    expected = 0
-    for table in scored.iter_batches(batch_format="pyarrow", batch_size=None):
-        indices = table.column(ROW_COLUMN).to_pylist()
-        if indices != list(range(expected, expected + len(indices))):
-            raise RuntimeError(f"Ray returned the rows out of order (row {indices[0]} where {expected} was due).")
-        expected += len(indices)
-        values = [[_cell(column, value) for value in table.column(column).to_pylist()] for column in columns]
-        yield from (dict(zip(columns, row, strict=True)) for row in zip(*values, strict=True))
-    if expected != num_rows:
-        raise RuntimeError(f"Ray returned {expected} rows of {num_rows}.")
+def _runtime_environment(plugins: Sequence[tuple[str, str]]) -> dict[str, Any]:
+    """The workers' ``runtime_env``: this process's settings that change scores or speed
+    (:func:`~hf_adapters.engines.ray_columns.worker_environment`), and, first on their ``PYTHONPATH``,
+    the folders of the plugin modules that are not installed packages (a module of one's own, in a
+    folder every node sees at the same path), so that the workers import them as this process did."""
+    from hf_adapters.engines.ray_columns import worker_environment
+
+    variables = worker_environment()
+    folders = []
+    for module, _ in plugins:
+        top = sys.modules.get(module.partition(".")[0])
+        path = getattr(top, "__file__", None)
+        if path is None or {"site-packages", "dist-packages"} & set(Path(path).parts):
+            continue
+        folder = str(Path(path).parent.parent if hasattr(top, "__path__") else Path(path).parent)
+        if folder not in folders:
+            folders.append(folder)
+    if folders:
+        variables["PYTHONPATH"] = os.pathsep.join([*folders, "${PYTHONPATH}"])  # Ray expands the node's own
+    return {"env_vars": variables} if variables else {}
 
 
-def _cell(column: str, value: Any) -> Any:
-    """A value as the job writes it: the score as a float, NaN or inf (in lists too) as None."""
-    if column == SCORE and value is not None:
-        value = float(value)
-    return json_safe(value)
+@contextlib.contextmanager
+def _job_lock(work_dir: Path) -> Iterator[None]:
+    """Hold the lock of the job's work folder for the whole run; a JobConflictError at once where
+    another command holds it."""
+    try:
+        with exclusive_lock(work_dir / LOCK):
+            yield
+    except LockHeld:
+        raise JobConflictError(f"Another job is writing {work_dir.name.removesuffix('.parts')} (it holds "
+                               f"{work_dir / LOCK}); wait for it to finish, or choose another output.") from None
+
+
+@contextlib.contextmanager
+def _worker_errors(ray: Any) -> Iterator[None]:
+    """Turn a failure in a Ray worker into a :class:`RayJobError` that says it in one line."""
+    try:
+        yield
+    except ray.exceptions.RayError as error:
+        raise RayJobError(f"Scoring failed in a Ray worker: {worker_error(error)}") from None
 
 
 def worker_error(error: BaseException) -> str:
@@ -270,14 +426,6 @@ def _names_an_exception(line: str) -> bool:
     """Whether ``line`` reads ``SomeError: message`` (or ``package.SomeException: message``)."""
     name, separator, _ = line.partition(": ")
     return bool(separator) and " " not in name and name.rpartition(".")[2].endswith(("Error", "Exception"))
-
-
-def _ids(dataset: Dataset) -> Iterator[Any]:
-    """Each row's id, as the job writes it (its row number for data without ids, as
-    :func:`~hf_adapters.files.data_io.row_id` gives it)."""
-    if "id" not in dataset.column_names:
-        return iter(range(len(dataset)))
-    return (row["id"] for row in iter_rows(dataset.select_columns(["id"])))
 
 
 def _hide_ray_progress(ray: Any, progress: bool) -> None:
@@ -305,4 +453,3 @@ def _backend_errors_hidden() -> Iterator[None]:
     finally:
         if given is None:
             os.environ.pop(BACKEND_LOG_LEVEL, None)
-

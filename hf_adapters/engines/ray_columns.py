@@ -2,17 +2,27 @@
 building the scorer of a config and loading its model once.
 
 :class:`ScoreBatches` is the Ray Data UDF; :func:`add_ray_score_columns` wires it up (order kept,
-workers checked against the cluster). Ray is imported inside the functions that need it.
+workers checked against the cluster); :func:`arrow_blocks` and :func:`ordered_scores` hand an
+in-memory ``Dataset`` to it and read its scores back in order. The Ray engine's own workers
+(:mod:`hf_adapters.engines.ray_blocks`) share the actors' settings (:func:`scoring_actors`). Ray is
+imported inside the functions that need it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import math
 import os
 import warnings
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from hf_adapters.core.options import DEFAULT_BATCH_SIZE
+from hf_adapters.files.json_values import json_safe
+from hf_adapters.files.score_files import SCORE
+
+if TYPE_CHECKING:
+    from datasets import Dataset
 
 #: The column that carries each row's index in the data through Ray (added by the scoring job):
 #: messages name rows by it, and the driver checks the order with it.
@@ -21,6 +31,10 @@ ROW_COLUMN = "__hf_adapters_row"
 #: the new one: a batch that kills every worker it reaches stops the run on the third death, where
 #: Ray's default would replace workers forever.
 WORKER_RESTARTS = 2
+#: Blocks per worker that :func:`arrow_blocks` cuts an in-memory data set into, so that the workers share them out.
+BLOCKS_PER_WORKER = 8
+#: Most batches in one of those blocks.
+MAX_BATCHES_PER_BLOCK = 64
 
 
 def worker_environment() -> dict[str, str]:
@@ -48,11 +62,10 @@ def worker_threads(gpus_per_worker: float) -> int | None:
 
 def build_worker_scorer(config: Mapping[str, Any], device: str | None = None) -> Any:
     """The scorer of ``config``, on ``device`` when it runs a model (other scorers take no device)."""
-    from hf_adapters.scorers import ModelRowScorer, build_scorer
+    from hf_adapters.scorers import build_scorer
     from hf_adapters.scorers.base import scorer_class
 
-    return build_scorer(config, device=device) if issubclass(scorer_class(config), ModelRowScorer) else \
-        build_scorer(config)
+    return build_scorer(config, device=device) if scorer_class(config).runs_model else build_scorer(config)
 
 
 def score_columns(scorer: Any, batch: dict[str, list], first_row: int) -> dict[str, list]:
@@ -177,21 +190,78 @@ def add_ray_score_columns(
     ray = import_ray()
     ds.context.execution_options.preserve_order = True
     environment = worker_environment()
-    with warnings.catch_warnings():
-        # Ray 2.60 deprecates the remote arguments map_batches passes on, but names no parameter for
-        # an actor's restarts yet (its default replaces a worker forever).
-        warnings.filterwarnings("ignore", message="`ray_remote_args` is deprecated", category=DeprecationWarning)
+    with remote_arguments_allowed():
         return ds.map_batches(
             ScoreBatches,
             batch_size=int(scorer.config.get("batch_size") or DEFAULT_BATCH_SIZE),
             batch_format="pyarrow",
-            compute=ray.data.ActorPoolStrategy(size=num_workers),
-            num_cpus=1,
-            num_gpus=gpus_per_worker or None,
             fn_constructor_kwargs={"config": dict(config), "names": names, "keep_columns": keep_columns,
                                    "device": None if gpus_per_worker else "cpu",
                                    "threads": worker_threads(gpus_per_worker)},
-            max_restarts=WORKER_RESTARTS,
-            max_task_retries=WORKER_RESTARTS,
-            **({"runtime_env": {"env_vars": environment}} if environment else {}),
+            **scoring_actors(ray, num_workers, gpus_per_worker, {"env_vars": environment} if environment else None),
         )
+
+
+def scoring_actors(ray: Any, num_workers: int, gpus_per_worker: float,
+                   runtime_env: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """``map_batches``' arguments for a pool of ``num_workers`` scoring actors, each with 1 CPU and
+    ``gpus_per_worker`` GPUs, the ``runtime_env`` given, and :data:`WORKER_RESTARTS` replacements at
+    most (pass them inside :func:`remote_arguments_allowed`)."""
+    return {"compute": ray.data.ActorPoolStrategy(size=num_workers), "num_cpus": 1,
+            "num_gpus": gpus_per_worker or None, "max_restarts": WORKER_RESTARTS, "max_task_retries": WORKER_RESTARTS,
+            **({"runtime_env": dict(runtime_env)} if runtime_env else {})}
+
+
+@contextlib.contextmanager
+def remote_arguments_allowed() -> Iterator[None]:
+    """Pass Ray remote arguments to ``map_batches`` without its warning: Ray 2.60 deprecates them, but
+    names no parameter for an actor's restarts yet (its default replaces a worker forever). Nor does
+    Ray warn, as it plans the pool, that it sees fewer inputs than actors: it counts the read tasks
+    before they have cut their shards into blocks."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="`ray_remote_args` is deprecated", category=DeprecationWarning)
+        warnings.filterwarnings("ignore", message="The minimum number of concurrent actors", category=UserWarning)
+        yield
+
+
+def arrow_blocks(dataset: Dataset, num_workers: int, batch_size: int) -> Iterator[Any]:
+    """The rows of an in-memory ``Dataset`` as Arrow tables of whole batches, each with a
+    :data:`ROW_COLUMN` of the rows' indices, for ``ray.data.from_arrow``: about ``BLOCKS_PER_WORKER``
+    per worker, at most ``MAX_BATCHES_PER_BLOCK`` batches each."""
+    import pyarrow as pa
+
+    batches = math.ceil(len(dataset) / (batch_size * num_workers * BLOCKS_PER_WORKER))
+    rows_per_block = batch_size * min(max(batches, 1), MAX_BATCHES_PER_BLOCK)
+    arrow = dataset.with_format("arrow")
+    for start in range(0, len(dataset), rows_per_block):
+        stop = min(start + rows_per_block, len(dataset))
+        yield arrow[start:stop].append_column(ROW_COLUMN, pa.array(range(start, stop), pa.int64()))
+
+
+def ordered_scores(scored: Any, num_rows: int) -> Iterator[float | None]:
+    """The ``score`` of each row of the Ray data set ``scored`` (made from :func:`arrow_blocks`), as a
+    job writes it (NaN or inf as None), checked to come back in input order."""
+    return (row[SCORE] for row in ordered_columns(scored, num_rows, [SCORE]))
+
+
+def ordered_columns(scored: Any, num_rows: int, columns: Sequence[str]) -> Iterator[dict[str, Any]]:
+    """The ``columns`` of each row of the Ray data set ``scored`` (made from :func:`arrow_blocks`), as a
+    job writes them (``score`` a float; NaN or inf, in lists too, as None), checked to come back in
+    input order."""
+    expected = 0
+    for table in scored.iter_batches(batch_format="pyarrow", batch_size=None):
+        indices = table.column(ROW_COLUMN).to_pylist()
+        if indices != list(range(expected, expected + len(indices))):
+            raise RuntimeError(f"Ray returned the rows out of order (row {indices[0]} where {expected} was due).")
+        expected += len(indices)
+        values = [[_cell(column, value) for value in table.column(column).to_pylist()] for column in columns]
+        yield from (dict(zip(columns, row, strict=True)) for row in zip(*values, strict=True))
+    if expected != num_rows:
+        raise RuntimeError(f"Ray returned {expected} rows of {num_rows}.")
+
+
+def _cell(column: str, value: Any) -> Any:
+    """A value as a job writes it: the score as a float, NaN or inf (in lists too) as None."""
+    if column == SCORE and value is not None:
+        value = float(value)
+    return json_safe(value)

@@ -58,19 +58,22 @@ class OutputFormat:
                 raise ValueError(f"`score_columns` must be all or a list of the scorer's output names, got {names!r}.")
             object.__setattr__(self, "score_columns", tuple(names))
 
-    def columns_of(self, outputs: Sequence[str]) -> dict[str, str]:
-        """The column of each output written, for a scorer of ``outputs``: the first as ``score``, then
-        those ``score_columns`` asks for, under their own names. A ValueError names an output the
-        scorer does not have."""
-        first, *others = outputs
-        asked = others if self.score_columns == "all" else list(self.score_columns or ())
+    def columns_of(self, outputs: Sequence[str], named: Sequence[str] = ()) -> dict[str, str]:
+        """The column of each output written, for a scorer of ``outputs``: the first as ``score`` (or,
+        for a score set, each of its members' first outputs, ``named``, under its own name), then those
+        ``score_columns`` asks for, under their own names. A ValueError names an output the scorer does
+        not have."""
+        first = list(named) or [outputs[0]]
+        asked = list(outputs) if self.score_columns == "all" else list(self.score_columns or ())
         if unknown := [name for name in asked if name not in outputs]:
+            written = "are written under their own names" if named else f"is written as `{SCORE}`"
             raise ValueError(f"The scorer has no output {', '.join(map(repr, unknown))}; its outputs are "
-                             f"{', '.join(outputs)} (the first is written as `score`).")
-        extra = [name for name in dict.fromkeys(asked) if name != first]
-        if reserved := [name for name in extra if name in RESERVED_COLUMNS]:
+                             f"{', '.join(outputs)} (the first{'s of its members' if named else ''} {written}).")
+        extra = [name for name in dict.fromkeys(asked) if name not in first]
+        if reserved := [name for name in [*extra, *named] if name in RESERVED_COLUMNS]:
             raise ValueError(f"The output {reserved[0]!r} cannot be a column beside the id and the score.")
-        return {first: SCORE, **{name: name for name in extra}}
+        heads = {name: name for name in named} if named else {outputs[0]: SCORE}
+        return {**heads, **{name: name for name in extra}}
 
     def is_complete(self, path: Path) -> bool:
         """Whether ``path`` holds an output of this format."""
@@ -102,35 +105,48 @@ def records(scored: Iterable[Mapping[str, Any]], rows: Iterable[Mapping[str, Any
         yield {**row, **{column: record[column] for column in columns}}
 
 
-def write_output(path: Path, output: OutputFormat, items: Iterable[dict], schema: Any = None) -> int:
+def jsonl_line(record: Mapping[str, Any], output: OutputFormat) -> str:
+    """A record's line in a JSONL output: NaN and infinities as null, and, without the rows' columns,
+    a null id as ``""`` (:func:`~hf_adapters.files.data_io.written_id`).
+
+    Example:
+        >>> jsonl_line({"id": None, "score": float("nan")}, OutputFormat())
+        '{"id": "", "score": null}\\n'
+    """
+    if not output.keep_columns:
+        record = {**record, "id": written_id(record["id"])}
+    return json.dumps(json_safe(record), ensure_ascii=False, default=to_json_value) + "\n"
+
+
+def write_output(path: Path, output: OutputFormat, items: Iterable[dict], schema: Any = None,
+                 score_column: str = SCORE) -> int:
     """Write the records to ``path`` (under a temporary name first, then renamed onto it; a failure
-    removes it) and return how many have a score. ``schema`` (a pyarrow schema) types the Parquet
+    removes it) and return how many have a score (in ``score_column``). ``schema`` (a pyarrow schema) types the Parquet
     columns: all of them, or, without the rows' columns, the id and the score columns (any column
     it leaves out takes the first shard's type)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(path.name + ".tmp")
     try:
-        return _write_output(path, temporary, output, items, schema)
+        return _write_output(path, temporary, output, items, schema, score_column)
     except BaseException:
         shutil.rmtree(temporary, ignore_errors=True) if temporary.is_dir() else temporary.unlink(missing_ok=True)
         raise
 
 
-def _write_output(path: Path, temporary: Path, output: OutputFormat, items: Iterable[dict], schema: Any) -> int:
+def _write_output(path: Path, temporary: Path, output: OutputFormat, items: Iterable[dict], schema: Any,
+                  score_column: str) -> int:
     valid = 0
 
     def counted(records_: Iterable[dict]) -> Iterator[dict]:
         nonlocal valid
         for record in records_:
-            valid += record[SCORE] is not None
+            valid += record[score_column] is not None
             yield record
 
     if output.kind == "jsonl":
         with open(temporary, "w", encoding="utf-8") as handle:
             for record in counted(items):
-                if not output.keep_columns:  # a null id as "" (written_id)
-                    record = {**record, "id": written_id(record["id"])}
-                handle.write(json.dumps(json_safe(record), ensure_ascii=False, default=to_json_value) + "\n")
+                handle.write(jsonl_line(record, output))
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temporary, path)
@@ -179,12 +195,13 @@ def _with_inferred_types(shard: list[dict], given: Any, pa) -> Any:
     return pa.schema([given.field(name) if name in given.names else inferred.field(name) for name in names])
 
 
-def count_valid(path: Path, output: OutputFormat) -> int:
-    """How many rows of a complete output have a score."""
+def count_valid(path: Path, output: OutputFormat, score_column: str = SCORE) -> int:
+    """How many rows of a complete output have a score (in ``score_column``)."""
     if output.kind == "jsonl":
         with open(path, encoding="utf-8") as handle:
-            return sum(json.loads(line)[SCORE] is not None for line in handle)
+            return sum(json.loads(line)[score_column] is not None for line in handle)
     import pyarrow.parquet as pq
 
-    columns = [pq.read_table(shard, columns=[SCORE]).column(SCORE) for shard in sorted(path.glob("part-*.parquet"))]
+    columns = [pq.read_table(shard, columns=[score_column]).column(score_column)
+               for shard in sorted(path.glob("part-*.parquet"))]
     return sum(len(column) - column.null_count for column in columns)

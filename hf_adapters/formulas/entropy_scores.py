@@ -11,6 +11,13 @@ that returns each token's NLL and predictive entropy from the same forward pass.
 
 ``metrics/excess_loss/README.md`` spells out the tokens of each. A row with no scored token gets NaN
 (the peer code writes 0).
+
+With ``convention="exact"`` each score reads, instead, the answer's tokens after IFD's prompt, exactly
+the items of IFD's conditional pass (:func:`hf_adapters.formulas.ifd.ifd_items`: the ``template``, the
+tokenizer's special tokens, the answer tokenized alone and cut to ``max_length``): UPD averages every
+answer token, HES sums its high-entropy answer tokens, NormLoss is the answer's mean NLL in bits, and
+:func:`score_answer_entropy` gives its mean predictive entropy. In a score set with IFD they all come
+from IFD's own conditional pass (:mod:`hf_adapters.backends.shared_passes`).
 """
 
 from __future__ import annotations
@@ -26,22 +33,43 @@ import numpy as np
 from hf_adapters.backends import LikelihoodBackend
 from hf_adapters.core.conventions import peer_text_pairs
 from hf_adapters.core.likelihood import ContinuationScore
-from hf_adapters.core.options import OptionSpec, check_max_length
-from hf_adapters.formulas.ifd import labels_or_numbers
+from hf_adapters.core.options import OptionSpec, check_choice, check_max_length
+from hf_adapters.formulas.ifd import CHAT_TEMPLATE, IFDOptions, ifd_items, labels_or_numbers
 
 logger = logging.getLogger(__name__)
 
 Pair = tuple[list[int], list[int]]
 
 
+#: ``opendataarena``: the tokens the peer's code scores (its numbers); ``exact``: the answer's tokens after
+#: IFD's prompt, as IFD's conditional pass scores them.
+CONVENTIONS = ("opendataarena", "exact")
+
+
 @dataclass(frozen=True)
 class PeerScoreOptions(OptionSpec):
-    """Base of the options of these scores: ``max_length``, the most tokens of a row that are read."""
+    """Base of the options of these scores: ``max_length``, the most tokens of a row that are read;
+    ``convention`` (:data:`CONVENTIONS`); with ``convention="exact"``, IFD's ``template`` and
+    ``template_no_input`` (default: IFD's, the seed's ChatML prompt; ``"chat"``: the tokenizer's chat template)."""
 
     max_length: int | None = 2048
+    convention: str = "opendataarena"
+    template: str | None = None
+    template_no_input: str | None = None
 
     def check(self) -> None:
         check_max_length(self.max_length)
+        check_choice("convention", self.convention, CONVENTIONS)
+        if self.convention == "exact":
+            self.prompt.check()
+        elif given := [name for name in ("template", "template_no_input") if getattr(self, name) is not None]:
+            raise ValueError(f"{given} set IFD's prompt, which only convention='exact' reads; the "
+                             f"{self.convention!r} convention scores the peer's own text.")
+
+    @property
+    def prompt(self) -> IFDOptions:
+        """IFD's options for the prompt of ``convention="exact"``."""
+        return IFDOptions(template=self.template, template_no_input=self.template_no_input, max_length=self.max_length)
 
     def resolved(self) -> dict[str, Any]:
         """Every option: what the scores depend on."""
@@ -118,6 +146,23 @@ def score_pairs(backend: LikelihoodBackend, pairs: Sequence[Pair | None], *, bat
     return [None if pair is None else next(scores) for pair in pairs]
 
 
+def answer_pairs(backend: LikelihoodBackend, instructions: Sequence[str], inputs: Sequence[str],
+                 outputs: Sequence[str], options: PeerScoreOptions, labels: Sequence[str] | None,
+                 score: str) -> list[Pair | None]:
+    """Per row, IFD's conditional (prompt ids, answer ids) pair (``convention="exact"``), or None where
+    there is nothing to score (a warning names the row and the NaN ``score``)."""
+    prompt = options.prompt
+    if prompt.prompt_template == CHAT_TEMPLATE and not backend.tokenizer.chat_template:
+        raise ValueError("template='chat' needs a tokenizer with a chat template; this one has none.")
+    max_length = backend.window(options.max_length)
+    pairs, truncated = ifd_items(backend.tokenizer, instructions, outputs, inputs, template=prompt.prompt_template,
+                                 template_no_input=prompt.prompt_template_no_input, max_length=max_length,
+                                 labels=labels, score=score)
+    if truncated:
+        logger.warning("%d row(s) were longer than max_length=%s; their outputs were truncated.", truncated, max_length)
+    return pairs
+
+
 def upd_prompt(instruction: str, input: str) -> str:
     """UPD's prompt: the instruction and the input (when there is one), each followed by a newline."""
     return instruction + "\n" + (input + "\n" if input else "")
@@ -132,15 +177,19 @@ def score_upd(backend: LikelihoodBackend, instructions: Sequence[str], inputs: S
               outputs: Sequence[str], options: UPDOptions, *, batch_size: int | None = None,
               progress: bool | None = None, labels: Sequence[str] | None = None) -> dict:
     """UPD of each row (``upd_scores``; NaN where no answer token is scored, with a warning naming the row
-    by its label in ``labels``) and their mean (``mean_upd``). Answer tokens equal to the pad token (else
-    EOS) are left out, as the peer's code leaves them out."""
+    by its label in ``labels``) and their mean (``mean_upd``). Under the peer's convention answer tokens
+    equal to the pad token (else EOS) are left out, as its code leaves them out."""
     tokenizer = backend.tokenizer
-    prompts = [upd_prompt(instruction, input) for instruction, input in zip(instructions, inputs, strict=True)]
-    pairs = prompt_pairs(tokenizer, prompts, outputs, options.max_length, special_tokens=False)
-    warn_unscored(pairs, outputs, labels, "UPD", options.max_length)
+    if options.convention == "exact":
+        pairs = answer_pairs(backend, instructions, inputs, outputs, options, labels, "UPD")
+        pad = None
+    else:
+        prompts = [upd_prompt(instruction, input) for instruction, input in zip(instructions, inputs, strict=True)]
+        pairs = prompt_pairs(tokenizer, prompts, outputs, options.max_length, special_tokens=False)
+        warn_unscored(pairs, outputs, labels, "UPD", options.max_length)
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     scores = score_pairs(backend, pairs, batch_size=batch_size, progress=progress, desc="UPD", token_losses=True,
                          entropies=True)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     log_vocabulary = math.log(vocabulary_size(backend))
     upd = []
     for pair, score in zip(pairs, scores, strict=True):
@@ -173,11 +222,14 @@ def score_hes(backend: LikelihoodBackend, instructions: Sequence[str], inputs: S
     """HES of each row (``hes_scores``, in bits; NaN for an empty answer or one cut off entirely, with a
     warning naming the row by its label in ``labels``) and the number of answer tokens read
     (``completion_token_lengths``)."""
-    prompts = [instruction + ("\n" + input if input else "") for instruction, input in zip(instructions, inputs,
-                                                                                          strict=True)]
-    pairs = prompt_pairs(backend.tokenizer, prompts, outputs, options.max_length, special_tokens=True)
-    pairs = [None if not output else pair for pair, output in zip(pairs, outputs, strict=True)]
-    warn_unscored(pairs, outputs, labels, "HES", options.max_length)
+    if options.convention == "exact":
+        pairs = answer_pairs(backend, instructions, inputs, outputs, options, labels, "HES")
+    else:
+        prompts = [instruction + ("\n" + input if input else "")
+                   for instruction, input in zip(instructions, inputs, strict=True)]
+        pairs = prompt_pairs(backend.tokenizer, prompts, outputs, options.max_length, special_tokens=True)
+        pairs = [None if not output else pair for pair, output in zip(pairs, outputs, strict=True)]
+        warn_unscored(pairs, outputs, labels, "HES", options.max_length)
     scores = score_pairs(backend, pairs, batch_size=batch_size, progress=progress, desc="HES", entropies=True)
     bits = [[] if score is None else [entropy / math.log(2) for entropy in score.token_entropies] for score in scores]
     return {"hes_scores": [high_entropy_sum(row, options.percentile_cutoff) if row else math.nan for row in bits],
@@ -188,7 +240,12 @@ def score_norm_loss(backend: LikelihoodBackend, instructions: Sequence[str], inp
                     outputs: Sequence[str], options: NormLossOptions, *, batch_size: int | None = None,
                     progress: bool | None = None, labels: Sequence[str] | None = None) -> dict:
     """NormLoss of each row (``norm_losses``: mean NLL in bits of every token after the first of the
-    joined text; NaN for a text of one token, with a warning naming the row by its label in ``labels``)."""
+    joined text; NaN for a text of one token, with a warning naming the row by its label in ``labels``;
+    ``convention="exact"``: of the answer's tokens after IFD's prompt)."""
+    if options.convention == "exact":
+        pairs = answer_pairs(backend, instructions, inputs, outputs, options, labels, "NormLoss")
+        scores = score_pairs(backend, pairs, batch_size=batch_size, progress=progress, desc="NormLoss")
+        return {"norm_losses": [math.nan if score is None else score.mean_nll / math.log(2) for score in scores]}
     texts = [upd_prompt(instruction, input) + output
              for instruction, input, output in zip(instructions, inputs, outputs, strict=True)]
     pairs = [pair if pair[1] else None for pair in peer_text_pairs(backend.tokenizer, texts, options.max_length)]
@@ -197,3 +254,30 @@ def score_norm_loss(backend: LikelihoodBackend, instructions: Sequence[str], inp
             logger.warning("%s: its text is one token, and the first is never scored; its NormLoss is NaN.", label)
     scores = score_pairs(backend, pairs, batch_size=batch_size, progress=progress, desc="NormLoss")
     return {"norm_losses": [math.nan if score is None else score.mean_nll / math.log(2) for score in scores]}
+
+
+@dataclass(frozen=True)
+class AnswerEntropyOptions(PeerScoreOptions):
+    """The answer entropy's options: ``max_length`` (default 2048), IFD's ``template`` and
+    ``template_no_input``; its only convention is ``exact``."""
+
+    convention: str = "exact"
+
+    def check(self) -> None:
+        if self.convention != "exact":
+            raise ValueError(f"The answer entropy has one convention, 'exact', got {self.convention!r}.")
+        super().check()
+
+
+def score_answer_entropy(backend: LikelihoodBackend, instructions: Sequence[str], inputs: Sequence[str],
+                         outputs: Sequence[str], options: AnswerEntropyOptions, *, batch_size: int | None = None,
+                         progress: bool | None = None, labels: Sequence[str] | None = None) -> dict:
+    """The mean predictive entropy, in nats, over each row's answer tokens after IFD's prompt
+    (``answer_entropies``; NaN where none is scored, with a warning naming the row) and their mean
+    (``mean_answer_entropy``): how unsure the model is, on average, while it reads the answer."""
+    pairs = answer_pairs(backend, instructions, inputs, outputs, options, labels, "answer entropy")
+    scores = score_pairs(backend, pairs, batch_size=batch_size, progress=progress, desc="Answer entropy",
+                         entropies=True)
+    entropies = [math.nan if score is None else score.mean_entropy for score in scores]
+    valid = [value for value in entropies if not math.isnan(value)]
+    return {"answer_entropies": entropies, "mean_answer_entropy": float(np.mean(valid)) if valid else math.nan}

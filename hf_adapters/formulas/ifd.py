@@ -230,12 +230,12 @@ def labels_or_numbers(labels: Sequence[str] | None, count: int) -> Sequence[str]
 
 def fit_pairs(
     contexts: Sequence[list[int]], answers: Sequence[list[int]], labels: Sequence[str], max_length: int | None,
-    empty: Sequence[str] | None = None,
+    empty: Sequence[str] | None = None, score: str = "IFD",
 ) -> tuple[list[tuple[list[int], list[int]] | None], int]:
     """Per (context ids, answer ids) pair, the pair with the answer cut so that both fit
     ``max_length``, or None when there is nothing to score (a warning names it by its label and,
-    for an empty answer, by what of the row is empty: ``empty``, default ``"output"``); and the
-    number of cut answers."""
+    for an empty answer, by what of the row is empty: ``empty``, default ``"output"``, and the
+    ``score`` that is NaN); and the number of cut answers."""
     items: list[tuple[list[int], list[int]] | None] = []
     truncated = 0
     empty = ["output"] * len(answers) if empty is None else empty
@@ -243,11 +243,11 @@ def fit_pairs(
         # An empty context becomes the one start token in the core.
         room = None if max_length is None else max_length - max(len(context), 1)
         if not answer:
-            logger.warning("%s has an empty %s; its IFD is NaN.", label, what)
+            logger.warning("%s has an empty %s; its %s is NaN.", label, what, score)
             items.append(None)
         elif room is not None and room <= 0:
-            logger.warning("%s: the prompt (%d tokens) fills max_length=%d; its IFD is NaN.",
-                           label, len(context), max_length)
+            logger.warning("%s: the prompt (%d tokens) fills max_length=%d; its %s is NaN.",
+                           label, len(context), max_length, score)
             items.append(None)
         else:
             if room is not None and len(answer) > room:
@@ -267,10 +267,11 @@ def ifd_items(
     template_no_input: str = DEFAULT_TEMPLATE_NO_INPUT,
     max_length: int | None = None,
     labels: Sequence[str] | None = None,
+    score: str = "IFD",
 ) -> tuple[list[tuple[list[int], list[int]] | None], int]:
     """Per row, the conditional (prompt ids, answer ids) pair with the answer cut so the pair fits
     ``max_length``, or None for a row with nothing to score (a warning names it by its label in
-    ``labels``, default ``Row 0``, ``Row 1``...); and the number of truncated rows."""
+    ``labels``, default ``Row 0``, ``Row 1``..., and the ``score`` that is NaN); and the number of truncated rows."""
     if not outputs:
         return [], 0
     rows = zip(instructions, inputs, strict=True)
@@ -278,7 +279,7 @@ def ifd_items(
     # The prompt keeps the tokenizer's default special tokens; a rendered chat template already holds its own.
     contexts = tokenizer(prompts, add_special_tokens=template != CHAT_TEMPLATE).input_ids
     answers = tokenizer(list(outputs), add_special_tokens=False).input_ids
-    return fit_pairs(contexts, answers, labels_or_numbers(labels, len(answers)), max_length)
+    return fit_pairs(contexts, answers, labels_or_numbers(labels, len(answers)), max_length, score=score)
 
 
 def reverse_items(

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from hf_adapters.backends import BackendOptions, LikelihoodBackend
+from hf_adapters.backends.base import scores_are_stand_ins
 from hf_adapters.core.likelihood import ContinuationScore
 from hf_adapters.core.options import OptionSpec, check_max_length, split_options, takes_options
 from hf_adapters.core.texts import check_texts, text_items
@@ -101,7 +102,7 @@ def score_texts(
     if truncated := sum(score.truncated for score in scores):
         logger.warning("%d text(s) were longer than max_length and were truncated.", truncated)
     result = {**known, **dict(zip(distinct, scores, strict=True))}
-    if scope is not None:
+    if scope is not None and not scores_are_stand_ins():
         for text, score in result.items():
             _text_scores[keys[text]] = score
             _text_scores.move_to_end(keys[text])

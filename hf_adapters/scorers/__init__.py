@@ -11,17 +11,19 @@ from hf_adapters.scorers.base import (
     register_scorer,
 )
 from hf_adapters.scorers.conversation_scorers import ConversationIFDScorer, ConversationPerplexityScorer
-from hf_adapters.scorers.entropy_scorers import HESScorer, NormLossScorer, UPDScorer
+from hf_adapters.scorers.entropy_scorers import AnswerEntropyScorer, HESScorer, NormLossScorer, UPDScorer
 from hf_adapters.scorers.excess_loss_scorer import ConversationExcessLossScorer, ExcessLossScorer, TextExcessLossScorer
 from hf_adapters.scorers.ifd_scorer import IFDScorer
 from hf_adapters.scorers.ifeval_scorer import IFEvalScorer
 from hf_adapters.scorers.parity_scorer import InformationParityScorer
 from hf_adapters.scorers.perplexity_scorers import PerplexityScorer, PPLScorer
+from hf_adapters.scorers.score_set import ScoreSet
 
 BUILTIN_SCORERS.update(SCORERS)
 
 __all__ = [
     "SCORERS",
+    "AnswerEntropyScorer",
     "ConfigError",
     "ConversationIFDScorer",
     "ConversationExcessLossScorer",
@@ -36,6 +38,7 @@ __all__ = [
     "PPLScorer",
     "PerplexityScorer",
     "RowScorer",
+    "ScoreSet",
     "TextExcessLossScorer",
     "UPDScorer",
     "build_scorer",

@@ -17,7 +17,7 @@ import yaml
 
 from hf_adapters.backends import BackendOptions, LikelihoodBackend, TransformersBackend
 from hf_adapters.backends import loading as models
-from hf_adapters.core.options import DEFAULT_BATCH_SIZE, OptionSpec, partition_options
+from hf_adapters.core.options import OptionSpec, partition_options
 from hf_adapters.core.plugins import SCORER_GROUP, entry_point_class, entry_point_names, refuse_builtin_name
 
 SCORERS: dict[str, type[RowScorer]] = {}
@@ -73,6 +73,11 @@ class RowScorer:
     outputs: ClassVar[tuple[str, ...]] = ("score",)
     #: The type of each output that is not a float: ``"bool"``, or a list of ``["float64"]`` etc.
     output_types: ClassVar[dict[str, Any]] = {}
+    #: The outputs a job writes under their own names instead of ``outputs[0]`` as ``score`` (a score
+    #: set's members' first outputs); none for one scorer.
+    named_outputs: tuple[str, ...] = ()
+    #: Whether scoring runs a model (and so takes a ``device``).
+    runs_model: ClassVar[bool] = False
 
     def __init__(self, **config: Any):
         column_keys = {f"{role}_column": role for role in self.roles}
@@ -225,6 +230,7 @@ class ModelRowScorer(RowScorer):
 
     option_spec: ClassVar[type[OptionSpec]]
     seed_keys: ClassVar[tuple[str, ...]] = ("max_length",)
+    runs_model = True
     option_defaults: ClassVar[dict[str, Any]] = {}
 
     def __init_subclass__(cls, **kwargs: Any):
@@ -232,7 +238,7 @@ class ModelRowScorer(RowScorer):
         if not hasattr(cls, "option_spec"):
             return
         defaults = cls.option_spec.build(cls.option_defaults).resolved()
-        cls.options = {"model": models.DEFAULT_MODEL_ID, "batch_size": DEFAULT_BATCH_SIZE, "dtype": None,
+        cls.options = {"model": models.DEFAULT_MODEL_ID, "batch_size": None, "dtype": None,
                        **{key: defaults[key] for key in cls.seed_keys}}
         cls.extra_options = {"backend": BACKEND_DEFAULT,
                              **{key: value for key, value in defaults.items() if key not in cls.seed_keys}}
@@ -347,8 +353,9 @@ class ModelRowScorer(RowScorer):
 def scorer_class(config: Mapping[str, Any]) -> type[RowScorer]:
     """The scorer class a config names: a registered one, else the one an installed package declares
     under that name in the entry point group ``hf_adapters.scorers`` (imported now, and registered).
-    ``name: IFDScorer`` with a ``turns`` key names ``ConversationIFDScorer``: IFD of conversations."""
-    name = config.get("name")
+    ``name: IFDScorer`` with a ``turns`` key names ``ConversationIFDScorer``: IFD of conversations; a config
+    with ``scores`` and no ``name`` names ``ScoreSet``."""
+    name = config.get("name", "ScoreSet" if "scores" in config else None)
     if name == "IFDScorer" and "turns" in config:
         name = "ConversationIFDScorer"
     if name not in SCORERS:
@@ -374,7 +381,8 @@ def build_scorer(config: Mapping[str, Any], **overrides: Any) -> RowScorer:
 
 
 def load_config(path: str | Path) -> dict[str, Any]:
-    """Read a seed-style YAML config: a mapping with ``name`` and that scorer's keys."""
+    """Read a seed-style YAML config: a mapping with ``name`` and that scorer's keys, or a score set's
+    (``scores``: a list of such configs, and the ``model`` they share)."""
     try:
         with open(path, encoding="utf-8") as handle:
             config = yaml.safe_load(handle)
@@ -384,6 +392,7 @@ def load_config(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"{path} is a folder; a config is a YAML file.") from None
     except FileNotFoundError:
         raise ConfigError(f"The config {path} does not exist.") from None
-    if not isinstance(config, dict) or "name" not in config:
-        raise ConfigError(f"{path}: a config is a YAML mapping with a `name` key; valid names: {scorer_names()}")
+    if not isinstance(config, dict) or ("name" not in config and "scores" not in config):
+        raise ConfigError(f"{path}: a config is a YAML mapping with a `name` key (valid names: {scorer_names()}), "
+                          "or a score set's `scores` list.")
     return config

@@ -1,5 +1,6 @@
 """OpenDataArena's entropy- and loss-based scorers by their names: ``UPDScorer``, ``HESScorer`` and
-``NormLossScorer`` (:mod:`hf_adapters.formulas.entropy_scores`), on instruction rows."""
+``NormLossScorer`` (:mod:`hf_adapters.formulas.entropy_scores`), on instruction rows; with
+``convention: exact`` each reads the answer after IFD's prompt, as ``AnswerEntropyScorer`` does."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 from hf_adapters.formulas.entropy_scores import (
+    AnswerEntropyOptions,
     HESOptions,
     NormLossOptions,
     UPDOptions,
+    score_answer_entropy,
     score_hes,
     score_norm_loss,
     score_upd,
@@ -37,7 +40,8 @@ class InstructionRowScorer(ModelRowScorer):
 @register_scorer
 class UPDScorer(InstructionRowScorer):
     """UPD of each row's answer, as OpenDataArena's ``UPDScorer`` computes it
-    (:func:`~hf_adapters.formulas.entropy_scores.score_upd`). Config keys: ``model``, ``max_length``, ``batch_size``."""
+    (:func:`~hf_adapters.formulas.entropy_scores.score_upd`). Config keys: ``model``, ``max_length``, ``batch_size``;
+    ``convention: exact`` (with IFD's ``template`` and ``template_no_input``) for the answer after IFD's prompt."""
 
     name = "UPDScorer"
     option_spec = UPDOptions
@@ -66,7 +70,7 @@ class NormLossScorer(InstructionRowScorer):
     """Mean NLL in bits of each row's joined text, as OpenDataArena's ``NormLossScorer`` computes it
     (:func:`~hf_adapters.formulas.entropy_scores.score_norm_loss`). That code reads the input from a field
     ``input_text``, so ``input_column`` defaults to ``input_text`` here too (``input_column: input`` to
-    include Alpaca inputs)."""
+    include Alpaca inputs); with ``convention: exact`` (the answer after IFD's prompt) to IFD's ``input``."""
 
     name = "NormLossScorer"
     option_spec = NormLossOptions
@@ -74,3 +78,22 @@ class NormLossScorer(InstructionRowScorer):
     outputs = ("norm_loss",)
     result_keys = ("norm_losses",)
     formula = staticmethod(score_norm_loss)
+
+    def __init__(self, **config: Any):
+        super().__init__(**config)
+        if self.spec.convention == "exact" and "input_column" not in config:
+            self.columns["input"] = "input"  # IFD's rows
+
+
+@register_scorer
+class AnswerEntropyScorer(InstructionRowScorer):
+    """Mean predictive entropy (nats) over each row's answer tokens after IFD's prompt
+    (:func:`~hf_adapters.formulas.entropy_scores.score_answer_entropy`): the tokens of IFD's conditional
+    pass, which it shares in a score set with IFD. Config keys: ``model``, ``max_length``, ``template``,
+    ``template_no_input``, ``batch_size``."""
+
+    name = "AnswerEntropyScorer"
+    option_spec = AnswerEntropyOptions
+    outputs = ("answer_entropy",)
+    result_keys = ("answer_entropies",)
+    formula = staticmethod(score_answer_entropy)

@@ -14,7 +14,8 @@ import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
-from hf_adapters.backends.transformers.batching import CPU_MAX_BATCH_TOKENS, CPU_MAX_PADDING, DEFAULT_MAX_BATCH_TOKENS
+from hf_adapters.backends.transformers.attention import without_cudnn_attention
+from hf_adapters.backends.transformers.batching import batch_limits
 from hf_adapters.backends.transformers.cpu_kernels import check_cpu_dtype, cpu_linear_kernel
 from hf_adapters.core.likelihood import make_batches
 
@@ -46,26 +47,24 @@ def pooled_states(
     progress: bool | None = None,
 ) -> np.ndarray:
     """The ``pooling`` of each sequence's final hidden states (float32, one row per sequence, in
-    input order); means are summed in float64. Batches are bounded as in scoring (default: the
-    device's token budget and padding share)."""
+    input order); means are summed in float64. Batches are bounded as in scoring (each limit the
+    device's default where None: :func:`~hf_adapters.backends.transformers.batching.batch_limits`)."""
     check_pooling(pooling)
     body = model.base_model
     device = model.get_output_embeddings().weight.device
-    on_cpu = device.type == "cpu"
-    max_batch_tokens = max_batch_tokens or (CPU_MAX_BATCH_TOKENS if on_cpu else DEFAULT_MAX_BATCH_TOKENS)
-    if max_padding is None:
-        max_padding = CPU_MAX_PADDING if on_cpu else 1.0
+    limits = batch_limits(device.type, batch_size=batch_size, max_batch_tokens=max_batch_tokens,
+                          max_padding=max_padding)
     lengths = [len(sequence) for sequence in sequences]
     vectors = np.empty((len(sequences), model.config.hidden_size), dtype=np.float32)
     check_cpu_dtype(model)
-    batches = make_batches(lengths, batch_size, max_batch_tokens, max_padding)
+    batches = make_batches(lengths, limits.rows, limits.tokens, limits.padding)
     show = progress if progress is not None else len(batches) > 8
     for batch in tqdm(batches, desc="Embedding", unit="batch", disable=not show):
         width = lengths[batch[0]]  # the longest: batches come longest first
         input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
         for row, index in enumerate(batch):
             input_ids[row, : lengths[index]] = torch.tensor(sequences[index])
-        with cpu_linear_kernel(model, input_ids.numel()):
+        with cpu_linear_kernel(model, input_ids.numel()), without_cudnn_attention(device):
             states = body(input_ids=input_ids.to(device), use_cache=False).last_hidden_state
         for row, index in enumerate(batch):
             if pooling == "last":

@@ -32,10 +32,18 @@ and neither is exact.
 
 Greedy here is the plain argmax of the logits: no repetition penalty or other logits processor from
 the model's ``generation_config`` is applied (``model.generate`` would apply them).
+
+What each decoding step costs the host. On CUDA attention runs on any kernel but cuDNN's
+(:mod:`~hf_adapters.backends.transformers.attention`: cuDNN plans its kernel again for every new
+length of the cache, which cost most of the host's time). A step waits for the device once, to
+read the new tokens (which rows stopped), and once more where the near-tie check is on, to read the
+rows near a tie; the padding the rows share is looked for only when rows leave, and the surviving
+rows' tokens are selected on the device.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable, Iterable, Sequence
 
@@ -44,6 +52,7 @@ from tqdm.auto import tqdm
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 from transformers.cache_utils import DynamicLayer
 
+from hf_adapters.backends.transformers.attention import without_cudnn_attention
 from hf_adapters.backends.transformers.model_properties import model_max_length, unwrap_model
 from hf_adapters.core.options import DEFAULT_GENERATION_BATCH_SIZE, check_batch_size
 
@@ -73,8 +82,13 @@ def default_tie_margin(model: PreTrainedModel) -> float:
 def cache_argument(model: PreTrainedModel, cache: DynamicCache) -> dict[str, DynamicCache]:
     """The keyword a model's ``forward`` takes its KV cache by: ``cache`` in recent transformers,
     ``past_key_values`` before (5.19 and older), which would otherwise take ``cache=`` silently and ignore it."""
-    name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-    return {name: cache}
+    return {_cache_keyword(type(model)): cache}
+
+
+@functools.cache
+def _cache_keyword(model_class: type) -> str:
+    """:func:`cache_argument`'s keyword for a model class, read once (not at every decoding step)."""
+    return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
 
 
 class AloneDecoder:
@@ -243,14 +257,16 @@ class _Rows:
         return logits
 
     def keep(self, rows: list[int], tokens: torch.Tensor) -> None:
-        """Keep only these rows, whose next tokens are ``tokens``, and cut the padding they all share."""
-        if len(rows) < len(self):
-            selected = torch.tensor(rows, dtype=torch.long, device=self.mask.device)
-            if rows:
-                self.cache.batch_select_indices(selected)
-            self.mask, self.positions = self.mask[selected], self.positions[selected]
-            self.indices = [self.indices[row] for row in rows]
-        self.tokens = tokens
+        """Keep only these rows, whose next tokens are those of ``tokens`` (one per row before), and
+        cut the padding they all share (which only rows leaving can add to)."""
+        if len(rows) == len(self):
+            self.tokens = tokens
+            return
+        selected = torch.tensor(rows, dtype=torch.long, device=self.mask.device)
+        if rows:
+            self.cache.batch_select_indices(selected)
+        self.mask, self.positions, self.tokens = self.mask[selected], self.positions[selected], tokens[selected]
+        self.indices = [self.indices[row] for row in rows]
         if not rows:
             self.mask = self.mask.new_zeros(0, 0)
         elif (shared := int(self.mask.argmax(-1).min())):  # leading zeros every row has
@@ -318,7 +334,7 @@ def _continuous(model: PreTrainedModel, prompts: list[list[int]], order: list[in
         for row in sorted(set(range(len(rows))) - set(going_on)):
             alone.pop(rows.indices[row], None)
             on_prompt(rows.indices[row], outputs[rows.indices[row]])
-        rows.keep(going_on, tokens[going_on])
+        rows.keep(going_on, tokens)
     return outputs
 
 
@@ -401,7 +417,8 @@ def greedy_generate(
     order = sorted(range(len(checked)), key=lambda index: -len(checked[index]))
     results: list[list[int]] = [[] for _ in checked]
     show = progress if progress is not None else len(checked) > 1
-    with tqdm(desc=desc, unit="tok", disable=not show, dynamic_ncols=True) as bar:
+    with (tqdm(desc=desc, unit="tok", disable=not show, dynamic_ncols=True) as bar,
+          without_cudnn_attention(model.device)):
         done = [0]
 
         def prompt_done(index: int, tokens: list[int]) -> None:

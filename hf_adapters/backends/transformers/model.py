@@ -1,6 +1,9 @@
 """The default backend: a ``transformers`` causal LM in this process (:class:`TransformersBackend`).
 
-Items are scored in length-sorted batches bounded by a token budget. The output layer runs only
+Items are scored in length-sorted batches bounded by a token budget: on an accelerator one chosen
+from the device's free memory and the model's shape, and no row count unless the caller gives one
+(:mod:`~hf_adapters.backends.transformers.batching`); a batch that runs out of memory is split in
+two and scored again. The output layer runs only
 at scored positions, so no batch x length x vocabulary tensor of unscored positions is built, and
 log-softmax runs in float32 whatever the model's dtype, on chunks of positions (on the CPU, chunks
 whose logits fit in cache). On the CPU, float32 linear layers run on the faster of the default
@@ -12,6 +15,7 @@ that item's forward pass. Scores do not depend on batch size, order or padding b
 from __future__ import annotations
 
 import itertools
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -20,8 +24,16 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from hf_adapters.backends import loading as models
-from hf_adapters.backends.base import LikelihoodBackend
-from hf_adapters.backends.transformers.batching import CPU_MAX_BATCH_TOKENS, CPU_MAX_PADDING, DEFAULT_MAX_BATCH_TOKENS
+from hf_adapters.backends.base import LikelihoodBackend, is_out_of_memory
+from hf_adapters.backends.transformers.attention import without_cudnn_attention
+from hf_adapters.backends.transformers.batching import (
+    OUTPUT_CHUNK_POSITIONS,
+    BatchLimits,
+    ModelShape,
+    batch_limits,
+    device_token_budget,
+    free_memory,
+)
 from hf_adapters.backends.transformers.cpu_kernels import (
     check_cpu_dtype,
     cpu_linear_kernel,
@@ -39,10 +51,10 @@ from hf_adapters.core.likelihood import (
     make_batches,
     prepare_items,
 )
-from hf_adapters.core.options import DEFAULT_BATCH_SIZE, check_batch_size, check_max_length
+from hf_adapters.core.options import check_batch_size, check_max_length
 
-#: Largest number of scored positions sent through the output layer at once (bounds vocab memory).
-OUTPUT_CHUNK_POSITIONS = 2048
+logger = logging.getLogger(__name__)
+
 #: On the CPU, a chunk's float32 logits are kept within this many bytes, so that the log-softmax
 #: reads them from cache, not memory (128 positions of a 49,152-token vocabulary).
 CPU_OUTPUT_CHUNK_BYTES = 24 * 2**20
@@ -159,6 +171,12 @@ def _token_nlls(model: PreTrainedModel, batch: list[PreparedItem], pad_id: int, 
     return torch.tensor(items, device=device), token_nll, token_entropy, token_top
 
 
+def _free_cached_memory(device: torch.device) -> None:
+    """Give the memory PyTorch's allocator keeps cached on an accelerator back to the device."""
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
 def _sums(items: torch.Tensor, token_nll: torch.Tensor, count: int) -> list[float]:
     sums = torch.zeros(count, dtype=torch.float64, device=token_nll.device)
     sums.index_add_(0, items, token_nll)
@@ -203,8 +221,11 @@ class TransformersBackend(LikelihoodBackend):
     Batches hold at most ``batch_size`` items (unless :meth:`score` is given another) and
     ``max_batch_tokens`` padded tokens; an item
     joins a batch only if padding it adds at most ``max_padding`` of the batch's length (1.0: any
-    padding). Both default to the device's: 16384 tokens and any padding on accelerators; 2048
-    tokens and 10% padding on the CPU, where batching pays only for short sequences. With
+    padding). Each defaults to the device's (:func:`~hf_adapters.backends.transformers.batching.batch_limits`):
+    on the CPU, where batching pays only for short sequences, 16 items, 2048 tokens and 10% padding;
+    on an accelerator no item count, any padding, and a token budget chosen once from the device's
+    free memory and the model's shape (at most 65,536 tokens; :meth:`measured_choices` records it,
+    so that a resumed job batches as the first run did). With
     ``packing`` (default: when the model runs FlashAttention, whose varlen kernels need no mask)
     each batch is one row of items laid end to end, position ids restarting at each item.
 
@@ -223,14 +244,16 @@ class TransformersBackend(LikelihoodBackend):
     computes_greedy = True
 
     def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, *,
-                 batch_size: int | None = DEFAULT_BATCH_SIZE, max_batch_tokens: int | None = None,
+                 batch_size: int | None = None, max_batch_tokens: int | None = None,
                  max_padding: float | None = None, packing: bool | None = None,
                  source: tuple[str, Any, Any] | None = None):
         self.model = unwrap_model(model)
         self.tokenizer = tokenizer
-        #: Rows per batch when :meth:`score` is given none (None: only the token budget bounds a batch).
+        #: Rows per batch when :meth:`score` is given none (None: the device's, 16 on the CPU, none on an accelerator).
         self.batch_size = batch_size
         self.max_batch_tokens, self.max_padding, self.packing = max_batch_tokens, max_padding, packing
+        #: The token budget chosen on an accelerator, once (None: not yet, or on the CPU).
+        self._planned_tokens: int | None = None
         #: (model id, dtype, device) when loaded by name: what :meth:`identity` describes.
         self.source = source
         self._identity: dict[str, Any] | None = None
@@ -261,12 +284,29 @@ class TransformersBackend(LikelihoodBackend):
         return self._identity
 
     def measured_choices(self) -> dict[str, Any]:
-        """The CPU kernels chosen for the model's float32 linear layers so far (:func:`linear_choices`)."""
+        """The CPU kernels chosen for the model's float32 linear layers so far (:func:`linear_choices`),
+        and the token budget chosen from an accelerator's free memory (``max_batch_tokens``)."""
         choices = linear_choices(self.model)
-        return {"cpu_linear": choices} if choices else {}
+        return {**({"cpu_linear": choices} if choices else {}),
+                **({"max_batch_tokens": self._planned_tokens} if self._planned_tokens else {})}
 
     def reuse_measured_choices(self, choices: Mapping[str, Any]) -> None:
         reuse_linear_choices(self.model, choices.get("cpu_linear", {}))
+        if isinstance(choices.get("max_batch_tokens"), int):
+            self._planned_tokens = choices["max_batch_tokens"]
+
+    def batch_limits(self, batch_size: int | None = None, packing: bool = False) -> BatchLimits:
+        """What bounds a batch on the model's device: ``batch_size`` (else the backend's, else the
+        device's), the backend's token budget (else the device's, chosen once from its free memory)
+        and padding share (:func:`~hf_adapters.backends.transformers.batching.batch_limits`)."""
+        device = self.model.get_output_embeddings().weight.device
+        tokens = self.max_batch_tokens
+        if tokens is None and device.type != "cpu":
+            if self._planned_tokens is None:
+                self._planned_tokens = device_token_budget(device.type, free_memory(device), ModelShape.of(self.model))
+            tokens = self._planned_tokens
+        return batch_limits(device.type, batch_size=self.batch_size if batch_size is None else batch_size,
+                            max_batch_tokens=tokens, max_padding=self.max_padding, packing=packing)
 
     def score(
         self,
@@ -293,34 +333,51 @@ class TransformersBackend(LikelihoodBackend):
             else:
                 results[item.index] = item.unscored(token_losses, entropies, greedy)
         scorable = host_prefixes(scorable)
-        on_cpu = model.get_output_embeddings().weight.device.type == "cpu"
-        max_batch_tokens = self.max_batch_tokens or (CPU_MAX_BATCH_TOKENS if on_cpu else DEFAULT_MAX_BATCH_TOKENS)
         packing = uses_varlen_attention(model) if self.packing is None else self.packing
-        max_padding = self.max_padding
-        if max_padding is None:
-            max_padding = 1.0 if packing or not on_cpu else CPU_MAX_PADDING
-        batches = make_batches([len(item.input_ids) for item in scorable],
-                               self.batch_size if batch_size is None else batch_size, max_batch_tokens, max_padding)
+        limits = self.batch_limits(batch_size, packing)
+        batches = make_batches([len(item.input_ids) for item in scorable], limits.rows, limits.tokens, limits.padding)
         pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else start_id
         show = progress if progress is not None else len(batches) > 8
         check_cpu_dtype(model)
+        device = model.get_output_embeddings().weight.device
+        pending = batches[::-1]  # a stack: a batch split after running out of memory goes on top
         with tqdm(total=sum(len(unit.targets) for item in scorable for unit in item.units), desc=desc,
-                  unit="tok", disable=not show) as bar:
-            for batch_indices in batches:
-                batch = [scorable[i] for i in batch_indices]
-                positions = len(batch) * max(len(item.input_ids) for item in batch)
-                with cpu_linear_kernel(model, positions):
-                    if token_losses or entropies or greedy:
-                        for item, nll, losses, item_entropies, item_greedy in _score_batch_with_tokens(
-                                model, batch, pad_id, packing, entropies, greedy):
-                            results[item.index] = ContinuationScore(nll, len(losses), item.truncated,
-                                                                    losses if token_losses else None, item_entropies,
-                                                                    item_greedy)
-                    else:
-                        for item, nll in _score_batch(model, batch, pad_id, packing):
-                            results[item.index] = ContinuationScore(nll, len(item.targets), item.truncated)
-                bar.update(sum(len(unit.targets) for item in batch for unit in item.units))
+                  unit="tok", disable=not show) as bar, without_cudnn_attention(device):
+            while pending:
+                indices = pending.pop()
+                batch = [scorable[i] for i in indices]
+                try:
+                    scored = self._scored_units(batch, pad_id, packing, token_losses, entropies, greedy)
+                except RuntimeError as error:
+                    if len(batch) == 1 or not is_out_of_memory(error):
+                        raise
+                    message = str(error).splitlines()[0] if str(error) else type(error).__name__
+                else:
+                    for item, score in scored:
+                        results[item.index] = score
+                    bar.update(sum(len(unit.targets) for item in batch for unit in item.units))
+                    continue
+                # Outside the except block, so that the failed batch's tensors are freed first.
+                _free_cached_memory(device)
+                half = len(batch) // 2
+                logger.warning("Out of memory on a batch of %d rows (%s); scoring it as %d + %d rows.",
+                               len(batch), message, half, len(batch) - half)
+                pending += [indices[half:], indices[:half]]
         return results  # type: ignore[return-value]
+
+    def _scored_units(self, batch: list[PreparedItem], pad_id: int, packing: bool, token_losses: bool,
+                     entropies: bool, greedy: bool) -> list[tuple[PreparedItem, ContinuationScore]]:
+        """Each unit of a batch (its items and their guests) with its score."""
+        model = self.model
+        positions = len(batch) * max(len(item.input_ids) for item in batch)
+        with cpu_linear_kernel(model, positions):
+            if token_losses or entropies or greedy:
+                return [(item, ContinuationScore(nll, len(losses), item.truncated, losses if token_losses else None,
+                                                 item_entropies, item_greedy))
+                        for item, nll, losses, item_entropies, item_greedy in _score_batch_with_tokens(
+                            model, batch, pad_id, packing, entropies, greedy)]
+            return [(item, ContinuationScore(nll, len(item.targets), item.truncated))
+                    for item, nll in _score_batch(model, batch, pad_id, packing)]
 
     def generate(
         self,
@@ -355,9 +412,9 @@ class TransformersBackend(LikelihoodBackend):
 
         fitted = fit_sequences(sequences, self.start_token_id, self.window(max_length))
         pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.start_token_id
-        return pooled_states(self.model, fitted, pooling=pooling, pad_id=pad_id,
-                             batch_size=self.batch_size if batch_size is None else batch_size,
-                             max_batch_tokens=self.max_batch_tokens, max_padding=self.max_padding, progress=progress)
+        limits = self.batch_limits(batch_size)
+        return pooled_states(self.model, fitted, pooling=pooling, pad_id=pad_id, batch_size=limits.rows,
+                             max_batch_tokens=limits.tokens, max_padding=limits.padding, progress=progress)
 
 
 def score_continuations(
@@ -366,7 +423,7 @@ def score_continuations(
     items: Sequence[Item],
     *,
     max_length: int | None = None,
-    batch_size: int | None = DEFAULT_BATCH_SIZE,
+    batch_size: int | None = None,
     max_batch_tokens: int | None = None,
     max_padding: float | None = None,
     packing: bool | None = None,
@@ -379,8 +436,9 @@ def score_continuations(
     """Score each (context ids, continuation ids) pair with a loaded model; results come back in input order.
 
     :meth:`TransformersBackend.score` on ``TransformersBackend(model, tokenizer, batch_size=...,
-    max_batch_tokens=..., max_padding=..., packing=...)`` (``batch_size=None``: only the token
-    budget bounds a batch), with ``max_length`` and ``batch_size`` checked first.
+    max_batch_tokens=..., max_padding=..., packing=...)`` (None: the device's default, see
+    :func:`~hf_adapters.backends.transformers.batching.batch_limits`), with ``max_length`` and
+    ``batch_size`` checked first.
 
     Example:
         >>> from hf_adapters import load_model, score_continuations

@@ -12,6 +12,8 @@ whatever the batch:
 - rolling windows are lm-eval's disjoint windows (:func:`~hf_adapters.core.texts.rolling_items`);
 - generation is greedy only, cut at the first stop sequence (and EOS) as ``HFLM`` cuts it.
 
+The backend calls are those of the lighteval model too (:mod:`hf_adapters.integrations.harness_requests`).
+
 Run it with ``hf-adapters lm-eval --model hf-adapters --model_args backend=vllm,model_id=... --tasks ...``
 (lm-eval's own command line, with this model registered), or from Python:
 
@@ -30,13 +32,18 @@ from typing import Any
 import torch
 from lm_eval.api.model import TemplateLM
 from lm_eval.api.registry import register_model
-from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs, postprocess_generated_text
+from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs
 from lm_eval.utils import simple_parse_args_string
 
 from hf_adapters.backends import LikelihoodBackend, resolve_backend
 from hf_adapters.backends.loading import DEFAULT_MODEL_ID, resolve_device
-from hf_adapters.core.likelihood import combined
-from hf_adapters.core.texts import rolling_items
+from hf_adapters.integrations.harness_requests import (
+    GreedyRequest,
+    fit_context,
+    greedy_responses,
+    loglikelihoods,
+    rolling_loglikelihoods,
+)
 from hf_adapters.integrations.lm_eval_harness.errors import ModelArgumentError
 
 logger = logging.getLogger(__name__)
@@ -193,63 +200,43 @@ class HFAdaptersLM(TemplateLM):
         settings = {} if add_special_tokens is None else {"add_special_tokens": add_special_tokens}
         return self.tokenizer.encode(string, **settings)
 
-    def _score(self, items: list[tuple[list[int], list[int]]], disable_tqdm: bool, desc: str, greedy: bool = False):
-        return self.backend.score_checked(items, truncate=False, greedy=greedy, batch_size=self.rows_per_batch,
-                                          progress=False if disable_tqdm else None, desc=desc)
-
     def _loglikelihood_tokens(self, requests: Sequence[tuple[tuple[str, str], list[int], list[int]]],
                               disable_tqdm: bool = False, **kwargs: Any) -> list[tuple[float, bool]]:
         """(log-likelihood, is greedy) of each continuation; the context is cut from the left to fit
-        ``max_length`` model inputs, as ``HFLM`` cuts it."""
-        items = []
-        for (_, continuation), context_ids, continuation_ids in requests:
-            if len(continuation_ids) > self.max_length:
-                raise ValueError(f"The continuation {continuation[:40]!r}... has {len(continuation_ids)} tokens, "
-                                 f"more than max_length={self.max_length}: it cannot be scored in one window.")
-            keep = self.max_length + 1 - len(continuation_ids)
-            items.append((list(context_ids)[-keep:], list(continuation_ids)))
-        return [(-score.nll, score.greedy) for score in self._score(items, disable_tqdm, "loglikelihood", greedy=True)]
+        ``max_length`` model inputs (the last continuation token is not read), as ``HFLM`` cuts it."""
+        pairs = [(fit_context(context_ids, continuation_ids, self.max_length + 1), list(continuation_ids))
+                 for _, context_ids, continuation_ids in requests]
+        return loglikelihoods(self.backend, pairs, batch_size=self.rows_per_batch,
+                              progress=False if disable_tqdm else None)
 
     def loglikelihood_rolling(self, requests: Sequence[Any], disable_tqdm: bool = False) -> list[float]:
         """The log-likelihood of each whole text, every token scored once in lm-eval's disjoint windows
         of ``max_length`` (0 for a text with no token, as lm-eval has it; NaN where the backend could not
         compute a token's, as its score says)."""
-        windows = [rolling_items(self.tok_encode(request.args[0]), self.max_length, self.max_length)
-                   for request in requests]
-        scores = iter(self._score([window for text in windows for window in text], disable_tqdm,
-                                  "loglikelihood_rolling"))
-        totals = []
-        for text in windows:
-            score = combined([next(scores) for _ in text])
-            totals.append(-score.nll if score.num_tokens else 0.0)
-        return totals
+        return rolling_loglikelihoods(self.backend, [self.tok_encode(request.args[0]) for request in requests],
+                                      self.max_length, batch_size=self.rows_per_batch,
+                                      progress=False if disable_tqdm else None)
 
     def generate_until(self, requests: Sequence[Any], disable_tqdm: bool = False) -> list[str]:
         """Each request's greedy response, cut at its first stop sequence (and EOS); the prompt loses
         tokens from the left to leave room for ``max_gen_toks``, as ``HFLM`` does (an empty one is the prefix token)."""
-        groups: dict[tuple[int, tuple[str, ...]], list[int]] = {}
         eos = self.tokenizer.decode([self.eot_token_id])
-        for index, request in enumerate(requests):
+        greedy = []
+        for request in requests:
             settings = normalize_gen_kwargs(dict(request.args[1]), self.max_gen_toks)
             if settings.get("do_sample") or settings.get("temperature", 0.0) > 0.0:
                 raise ValueError("hf-adapters decodes greedily; this task samples (do_sample=True or temperature > 0).")
             if unknown := set(settings) - GREEDY_SETTINGS:
                 raise ValueError(f"hf-adapters decodes greedily and does not apply {sorted(unknown)}.")
-            until = tuple(handle_stop_sequences(settings.get("until"), eos=eos))
-            groups.setdefault((settings["max_gen_toks"], until), []).append(index)
-        responses: list[str] = [""] * len(requests)
-        for (max_gen_toks, until), indices in groups.items():
+            max_gen_toks = settings["max_gen_toks"]
             room = self.max_length - max_gen_toks
             if room <= 0:
                 raise ValueError(f"max_gen_toks={max_gen_toks} leaves no room for a prompt in "
                                  f"max_length={self.max_length}.")
-            prompts = [self.tok_encode(requests[index].args[0])[-room:] or [self.prefix_token_id] for index in indices]
-            outputs = self.backend.generate(prompts, max_new_tokens=max_gen_toks, batch_size=self.rows_per_batch,
-                                            progress=False if disable_tqdm else None, desc="generate_until")
-            for index, tokens in zip(indices, outputs, strict=True):
-                text = self.tokenizer.decode(tokens, skip_special_tokens=True)
-                responses[index] = postprocess_generated_text(text, list(until), None)
-        return responses
+            greedy.append(GreedyRequest(self.tok_encode(request.args[0])[-room:], max_gen_toks,
+                                        tuple(handle_stop_sequences(settings.get("until"), eos=eos))))
+        return greedy_responses(self.backend, greedy, batch_size=self.rows_per_batch,
+                                progress=False if disable_tqdm else None)
 
     def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
         """The conversation as the model's chat template writes it (lm-eval's ``--apply_chat_template``)."""

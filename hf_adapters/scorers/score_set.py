@@ -1,0 +1,202 @@
+"""``ScoreSet``: several scorers over the same rows, with one model, in shared forward passes.
+
+Each member builds its items exactly as it does alone (its convention, template, start token and
+truncation), so each member's columns equal that scorer run alone, within the float32 bound (the
+passes are batched differently). What the members share is the work: for every batch of rows, the
+distinct token sequences of all members go through the model once
+(:mod:`hf_adapters.backends.shared_passes`). IFD, ``PPLScorer`` and the ``convention: exact`` UPD, HES,
+NormLoss and answer entropy read three distinct sequences per row, where they cost seven passes one
+after another.
+
+Example config (``hf-adapters score set.yaml --data rows.jsonl --output scores.jsonl``)::
+
+    model: HuggingFaceTB/SmolLM2-135M-Instruct
+    batch_size: 16
+    scores:
+      - name: IFDScorer
+      - name: PPLScorer
+      - name: UPDScorer
+        convention: exact
+      - name: HESScorer
+        convention: exact
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from hf_adapters.backends import LikelihoodBackend
+from hf_adapters.backends.shared_passes import SharedPasses
+from hf_adapters.scorers.base import (
+    ConfigError,
+    ModelRowScorer,
+    RowScorer,
+    build_scorer,
+    register_scorer,
+    scorer_class,
+)
+
+#: The keys a set gives every member that runs a model: given once, beside ``scores``.
+SHARED_KEYS = ("model", "batch_size", "dtype", "backend")
+
+
+@register_scorer
+class ScoreSet(RowScorer):
+    """Several scorers' outputs from one model, in shared passes (see the module's docstring).
+
+    Args:
+        scores: the members: scorer configs (``{"name": "IFDScorer", ...}``) or bare scorer names. No two
+            may have an output of the same name.
+        model, batch_size, dtype, backend: as a scorer's, for every member that runs a model; with
+            ``tokenizer``, a loaded model (as in transformers' ``pipeline``).
+        device, progress: as a scorer's.
+
+    A job writes each member's first output under its own name (``ifd``, ``perplexity``...), and with
+    ``score_columns`` the others; ``outputs`` lists every member's, in member order.
+
+    Example:
+        >>> from hf_adapters.scorers import ScoreSet
+        >>> batch = {"instruction": ["Name a colour."], "input": [""], "output": ["Blue."]}
+        >>> scores = ScoreSet(["IFDScorer", "PPLScorer"]).score_batch(batch)
+        >>> sorted(scores)
+        ['ifd', 'perplexity', 'ppl_conditional', 'ppl_direct']
+    """
+
+    name = "ScoreSet"
+    runs_model = True
+
+    def __init__(self, scores: Sequence[Mapping[str, Any] | str] | None = None, *, tokenizer: Any = None,
+                 device: str | torch.device | None = None, progress: bool | None = False, **shared: Any):
+        if unknown := sorted(set(shared) - set(SHARED_KEYS)):
+            raise ConfigError(f"Unknown key(s) {unknown} for a score set; it takes `scores` and the keys its members "
+                              f"share, {list(SHARED_KEYS)}; give every other key in its member's config.")
+        if not isinstance(scores, (list, tuple)) or not scores:
+            raise ConfigError("A score set's `scores` must be a list of scorer configs (each with its `name`), "
+                              f"got {scores!r}.")
+        self.members = [self._member(entry, position, shared, tokenizer, device, progress)
+                        for position, entry in enumerate(scores)]
+        self.outputs = tuple(output for member in self.members for output in member.outputs)
+        owners: dict[str, str] = {}
+        for member in self.members:
+            for output in member.outputs:
+                if output in owners:
+                    raise ConfigError(f"Two members of the score set write the column {output!r}: {owners[output]} "
+                                      f"and {member.name}. Score them in separate jobs, or give one of them options "
+                                      "that leave that output out.")
+                owners[output] = member.name
+        self.named_outputs = tuple(member.outputs[0] for member in self.members)
+        self.output_types = {key: value for member in self.members for key, value in member.output_types.items()}
+        self.progress = progress
+        modelled = [member for member in self.members if member.runs_model]
+        first = modelled[0].config if modelled else {}
+        self.config = {**{key: first[key] for key in SHARED_KEYS if key in first},
+                       "scores": [self._member_config(member) for member in self.members]}
+        self.columns, self.roles = {}, {}
+        self._backend: LikelihoodBackend | None = None
+        #: The work so far: ``items``, what the members asked the model to score (what they would run
+        #: alone), and ``forward_passes``, the sequences that went through it.
+        self.work = {"items": 0, "forward_passes": 0}
+
+    @staticmethod
+    def _member(entry: Mapping[str, Any] | str, position: int, shared: Mapping[str, Any], tokenizer: Any,
+                device: Any, progress: bool | None) -> RowScorer:
+        config = {"name": entry} if isinstance(entry, str) else entry
+        if not isinstance(config, Mapping) or not isinstance(config.get("name"), str):
+            raise ConfigError(f"Member {position} of the score set must be a scorer config with a `name`, "
+                              f"got {entry!r}.")
+        if "scores" in config or config["name"] == ScoreSet.name:
+            raise ConfigError(f"Member {position} of the score set is a score set; list its members instead.")
+        if given := [key for key in SHARED_KEYS if key in config]:
+            raise ConfigError(f"{config['name']} (member {position} of the score set) gives {given}: the members share "
+                              "these; give them once, beside `scores`.")
+        if not scorer_class(config).runs_model:
+            return build_scorer(config)
+        return build_scorer({**config, **shared}, tokenizer=tokenizer, device=device, progress=progress)
+
+    @staticmethod
+    def _member_config(member: RowScorer) -> dict[str, Any]:
+        return {key: value for key, value in member.fingerprint().items() if key not in SHARED_KEYS}
+
+    @classmethod
+    def from_options(cls, scores: Sequence[Mapping[str, Any] | str], **options: Any) -> ScoreSet:
+        """The set of ``scores`` with an entry point's keyword options: ``model_id`` (or ``model`` and
+        ``tokenizer``), ``backend``, ``dtype``, ``device``, ``batch_size``, ``progress``."""
+        if "model_id" in options:
+            options["model"] = options.pop("model_id")
+        return cls(scores, **options)
+
+    def fingerprint(self) -> dict[str, Any]:
+        return {"name": self.name, **self.config}
+
+    @property
+    def source_columns(self) -> list[str]:
+        return list(dict.fromkeys(column for member in self.members for column in member.source_columns))
+
+    @property
+    def required_fields(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(field for member in self.members for field in member.required_fields))
+
+    @property
+    def text_fields(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(field for member in self.members for field in member.text_fields))
+
+    def output_features(self) -> dict[str, Any]:
+        return {name: feature for member in self.members for name, feature in member.output_features().items()}
+
+    def use_columns(self, column_names: Sequence[str]) -> None:
+        for member in self.members:
+            member.use_columns(column_names)
+
+    def check_rows(self, rows: Sequence[Mapping[str, Any]], offset: int = 0) -> None:
+        for member in self.members:
+            member.check_rows(rows, offset)
+
+    def load(self) -> LikelihoodBackend | None:
+        """The model every member scores with, loaded once and handed to each of them (None: no member runs one)."""
+        modelled = [member for member in self.members if isinstance(member, ModelRowScorer)]
+        if self._backend is None and modelled:
+            self._backend = modelled[0].load()
+            for member in modelled[1:]:
+                member._backend = self._backend
+        return self._backend
+
+    def prepare(self) -> None:
+        self.load()
+        for member in self.members:
+            member.prepare()
+
+    def model_identity(self) -> dict[str, Any] | None:
+        """Each member's model identity (a reference model's included); None when one cannot be said."""
+        identities = [member.model_identity() for member in self.members if member.runs_model]
+        return None if any(identity is None for identity in identities) else {"members": identities}
+
+    def measured_choices(self) -> dict[str, Any]:
+        backend = self.load()
+        return {} if backend is None else backend.measured_choices()
+
+    def reuse_measured_choices(self, choices: Mapping[str, Any]) -> None:
+        if (backend := self.load()) is not None:
+            backend.reuse_measured_choices(choices)
+
+    def score_batch(self, batch: Mapping[str, list], first_row: int = 0) -> dict[str, list]:
+        """Every member's outputs for a batch of columns, their likelihood calls sent through shared passes."""
+        self.load()
+        shared = SharedPasses(batch_size=self._batch_size(), progress=self.progress)
+        with shared.recording():
+            for member in self.members:
+                if member.runs_model:
+                    member.score_batch(batch, first_row)
+        shared.run()
+        self.work["items"] += shared.sequences
+        self.work["forward_passes"] += shared.forward_passes
+        results: dict[str, list] = {}
+        with shared.replaying():
+            for member in self.members:
+                results.update(member.score_batch(batch, first_row))
+        return results
+
+    def _batch_size(self) -> int | None:
+        return self.config.get("batch_size")
