@@ -74,15 +74,14 @@ from hf_adapters.engines.job_files import (
     finished_job,
     is_stream,
     iter_rows,
+    job_changes,
     job_manifest,
     manifest_columns,
     output_schema,
     read_json,
     record_finished_job,
     rows_of,
-    same_columns,
     same_job,
-    same_rows,
     score_schema,
     scored_record,
     work_dir_for,
@@ -618,22 +617,7 @@ def _decide(work_dir: Path, output_path: Path, manifest: dict[str, Any], overwri
     if overwrite:
         logger.info("overwrite: discarding the partial results in %s", work_dir)
         return "fresh", manifest["chunk_size"]
-    reasons = []
-    if old.get("scorer") != manifest["scorer"]:
-        reasons.append(f"the scorer config changed (was {old.get('scorer')}, now {manifest['scorer']})")
-    if not (old.get("identified", True) and manifest["identified"]):
-        reasons.append("the model has no identity (a model object, or a backend whose identity() is None), so "
-                       "nothing can tell that its results are this model's")
-    elif old.get("model") != manifest["model"]:
-        reasons.append("the model changed (its weight files, or the dtype or device type it scores in)")
-    if old.get("data") != manifest["data"] or not same_rows(old, manifest):
-        counts = (f" ({old.get('rows')} rows before, {manifest['rows']} now)"
-                  if old.get("rows") is not None and manifest["rows"] is not None else "")
-        reasons.append(f"the input data changed{counts}")
-    if not same_columns(old, manifest):
-        reasons.append(f"the score columns changed (were {', '.join(manifest_columns(old))}, now "
-                       f"{', '.join(manifest_columns(manifest))})")
-    return _refusal(work_dir, "; ".join(reasons) or "its manifest differs")
+    return _refusal(work_dir, job_changes(old, manifest))
 
 
 def _refusal(work_dir: Path, reasons: str) -> str:
