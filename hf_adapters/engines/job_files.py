@@ -148,6 +148,15 @@ def manifest_columns(manifest: Mapping[str, Any]) -> list[str]:
     return manifest.get("columns") or [SCORE]
 
 
+def interrupted_line(saved: int, total: int | None, work_dir: Path) -> str:
+    """What a Ctrl-C prints of a resumable job: the ``saved`` rows (of ``total``, where known) in ``work_dir``,
+    and that the same command resumes; or that nothing was saved."""
+    if not saved:
+        return "Interrupted before any row was saved; the same command starts again."
+    of = "" if total is None else f" of {total:,}"
+    return f"Interrupted: {saved:,}{of} rows are saved in {work_dir}; run the same command again to resume."
+
+
 def job_changes(old: Mapping[str, Any], manifest: Mapping[str, Any]) -> str:
     """What makes the job of the manifest ``old`` another than that of ``manifest``, in words, for the
     message refusing to mix their results: its scorer, model, data or score columns (what

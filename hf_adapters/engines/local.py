@@ -72,6 +72,7 @@ from hf_adapters.engines.job_files import (
     check_dataset,
     column_names,
     finished_job,
+    interrupted_line,
     is_stream,
     iter_rows,
     job_changes,
@@ -160,12 +161,7 @@ class LocalEngine(Engine):
 
     def interrupted_message(self, job: ScoringJob) -> str:
         """The rows saved in the job's work directory, and that the same command resumes."""
-        saved, total = saved_rows(job.output_path)
-        if not saved:
-            return "Interrupted before any row was saved; the same command starts again."
-        of = "" if total is None else f" of {total:,}"
-        return (f"Interrupted: {saved:,}{of} rows are saved in {work_dir_for(job.output_path)}; "
-                "run the same command again to resume.")
+        return interrupted_line(*saved_rows(job.output_path), work_dir_for(job.output_path))
 
 
 @dataclass(frozen=True)

@@ -53,6 +53,7 @@ from hf_adapters.engines.job_files import (
     JobSummary,
     check_dataset,
     finished_job,
+    interrupted_line,
     job_manifest,
     output_schema,
     score_schema,
@@ -173,12 +174,7 @@ class RayEngine(Engine):
 
     def interrupted_message(self, job: ScoringJob) -> str:
         """The rows saved in the job's work folder, and that the same command resumes."""
-        saved, total = saved_rows(job.output_path)
-        if not saved:
-            return "Interrupted before any row was saved; the same command starts again."
-        of = "" if total is None else f" of {total:,}"
-        return (f"Interrupted: {saved:,}{of} rows are saved in {work_dir_for(job.output_path)}; "
-                "run the same command again to resume.")
+        return interrupted_line(*saved_rows(job.output_path), work_dir_for(job.output_path))
 
 
 def run_ray_scoring_job(job: ScoringJob, *, num_workers: int = 1, gpus_per_worker: float = 0,
