@@ -83,8 +83,8 @@ def device_token_budget(device_type: str, free_bytes: int | None, shape: ModelSh
 
     Example:
         >>> llama_1b = ModelShape(hidden_size=2048, intermediate_size=8192, vocab_size=128256, dtype_bytes=2)
-        >>> device_token_budget("cuda", 70 * 2**30, llama_1b), device_token_budget("cuda", 4 * 2**30, llama_1b)
-        (65536, 7168)
+        >>> device_token_budget("cuda", 70 * 2**30, llama_1b), device_token_budget("cuda", 16 * 2**30, llama_1b)
+        (65536, 27648)
         >>> device_token_budget("cpu", None, llama_1b)
         2048
     """
