@@ -8,15 +8,19 @@ from __future__ import annotations
 import math
 
 import pytest
+import torch
 
 pytest.importorskip("lighteval", reason="lighteval is installed with the [test] extra")
-from lighteval.logging.evaluation_tracker import EvaluationTracker  # noqa: E402
-from lighteval.models.custom.custom_model import CustomModelConfig  # noqa: E402
-from lighteval.models.transformers.transformers_model import (  # noqa: E402
-    TransformersModel,
-    TransformersModelConfig,
-)
-from lighteval.pipeline import ParallelismManager, Pipeline, PipelineParameters  # noqa: E402
+# lighteval's transformers model turns autograd off for the whole process when it is imported (as pytest
+# collects this file, before any other test runs): keep it as it was.
+with torch.enable_grad():
+    from lighteval.logging.evaluation_tracker import EvaluationTracker  # noqa: E402
+    from lighteval.models.custom.custom_model import CustomModelConfig  # noqa: E402
+    from lighteval.models.transformers.transformers_model import (  # noqa: E402
+        TransformersModel,
+        TransformersModelConfig,
+    )
+    from lighteval.pipeline import ParallelismManager, Pipeline, PipelineParameters  # noqa: E402
 from lighteval.tasks.requests import Doc  # noqa: E402
 from pydantic import ValidationError  # noqa: E402
 
@@ -34,6 +38,14 @@ from tests.conftest import ROOT, assert_exact, naive_nll  # noqa: E402
 TASKS = ROOT / "tests" / "lighteval_tasks" / "shipped_tasks.py"
 CHOICE, GENERATION, ROLLING = (f"hf_adapters_shipped_{name}" for name in ("choice", "generation", "rolling"))
 RTOL = 1e-5
+
+
+@pytest.fixture(autouse=True)
+def autograd_as_it_was():
+    """What lighteval imports while a test runs turns autograd off too: the tests after these must not inherit it."""
+    enabled = torch.is_grad_enabled()
+    yield
+    torch.set_grad_enabled(enabled)
 
 
 @pytest.fixture
