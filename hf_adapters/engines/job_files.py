@@ -148,6 +148,14 @@ def manifest_columns(manifest: Mapping[str, Any]) -> list[str]:
     return manifest.get("columns") or [SCORE]
 
 
+def rows_without_manifest(work_dir: Path) -> tuple[int, int | None]:
+    """(rows saved, rows of the data) of a job's work folder that holds no manifest: all of them once its
+    output is complete, else ``(0, None)``, a job not started."""
+    complete = read_json(work_dir / COMPLETE)
+    total = complete.get("total_rows") if isinstance(complete, dict) else None
+    return (total, total) if isinstance(total, int) else (0, None)
+
+
 def interrupted_line(saved: int, total: int | None, work_dir: Path) -> str:
     """What a Ctrl-C prints of a resumable job: the ``saved`` rows (of ``total``, where known) in ``work_dir``,
     and that the same command resumes; or that nothing was saved."""

@@ -82,6 +82,7 @@ from hf_adapters.engines.job_files import (
     read_json,
     record_finished_job,
     rows_of,
+    rows_without_manifest,
     same_job,
     score_schema,
     scored_record,
@@ -204,9 +205,7 @@ def saved_rows(output_path: str | Path) -> tuple[int, int | None]:
     work_dir = work_dir_for(output_path)
     manifest = read_json(work_dir / MANIFEST)
     if not isinstance(manifest, dict):
-        complete = read_json(work_dir / COMPLETE)
-        total = complete.get("total_rows") if isinstance(complete, dict) else None
-        return (total, total) if isinstance(total, int) else (0, None)
+        return rows_without_manifest(work_dir)
     num_rows = manifest.get("rows")
     num_rows = num_rows if num_rows is not None else _stream_rows(work_dir)
     saved = sum(_saved_in_part(part, num_rows, manifest["chunk_size"]) for part in work_dir.glob("rank-*.jsonl"))

@@ -39,6 +39,7 @@ from hf_adapters.engines.job_files import (
     job_changes,
     read_json,
     record_finished_job,
+    rows_without_manifest,
     same_job,
     work_dir_for,
 )
@@ -165,9 +166,7 @@ def saved_rows(output_path: str | Path) -> tuple[int, int | None]:
     work_dir = work_dir_for(output_path)
     manifest = read_json(work_dir / MANIFEST)
     if not isinstance(manifest, dict):
-        complete = read_json(work_dir / COMPLETE)
-        total = complete.get("total_rows") if isinstance(complete, dict) else None
-        return (total, total) if isinstance(total, int) else (0, None)
+        return rows_without_manifest(work_dir)
     saved = 0
     for record in work_dir.glob(f"*{DONE}"):
         found = read_json(record)
