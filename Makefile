@@ -50,7 +50,7 @@ demo: install
 # (where `auto` would run them a third time under one of the two).
 
 # The tests that run a real vLLM engine (CPU build), in .venv-vllm.
-VLLM_TEST_FILES := tests/test_vllm_backend.py
+VLLM_TEST_FILES := tests/backends/test_vllm_backend.py
 
 # Offline unless the caller says otherwise: the tests never need the hub.
 test: export HF_HUB_OFFLINE := $(or $(HF_HUB_OFFLINE),1)
@@ -80,7 +80,8 @@ bench: install
 		--output benchmarks/CONTENTION.md
 	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE-1} $(PY) -m benchmarks.recipe --data ../shared/data/alpaca_cherry_5pct.json \
 		--limit 200 --output benchmarks/RECIPE.md
-	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE-1} $(PY) -m benchmarks.score_sets --data ../shared/data/alpaca_cherry_5pct.json \
+	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE-1} HF_ADAPTERS_CPU_LINEAR=$${HF_ADAPTERS_CPU_LINEAR-onednn} \
+		$(PY) -m benchmarks.score_sets --data ../shared/data/alpaca_cherry_5pct.json \
 		--limit 256 --output benchmarks/SCORE_SETS.md
 	$(MAKE) vllm
 	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE-1} OMP_WAIT_POLICY=$${OMP_WAIT_POLICY-PASSIVE} $(VLLM_PY) -m benchmarks.vllm_backend \

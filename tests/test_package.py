@@ -110,6 +110,15 @@ def test_every_layer_folder_is_in_the_layer_order():
     assert folders == {name for layer in LAYERS for name in layer}
 
 
+def test_the_test_folders_mirror_the_layer_folders():
+    """Each package layer's tests sit in ``tests/<layer>/``; ``tests/spaces/`` holds the Space's (``spaces_demo/``)."""
+    tests = Path(__file__).resolve().parent
+    folders = {path.name for path in tests.iterdir() if path.is_dir() and any(path.glob("test_*.py"))}
+    assert folders == {name for layer in LAYERS for name in layer} | {"spaces"}
+    assert sorted(path.name for path in tests.glob("test_*.py")) == ["test_benchmarks.py", "test_package.py",
+                                                                      "test_readme.py"]
+
+
 def test_no_import_circle_even_through_function_level_imports():
     graph = module_imports(package_modules())
     state: dict[str, str] = {}

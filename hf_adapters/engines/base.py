@@ -184,7 +184,7 @@ class ScoringJob:
         Parquet source's row counts (its shards' metadata), the length of a ``save_to_disk`` folder's
         data set; None for others (JSON and CSV would be read a second time to count them, a hub data
         set has no count offline). A stream's progress bar shows it as its total."""
-        from hf_adapters.files.data_io import data_files, is_saved_dataset
+        from hf_adapters.files.data_io import data_files, is_saved_dataset, parquet_rows
 
         if is_saved_dataset(self.data):
             from datasets import DatasetDict, load_from_disk
@@ -196,9 +196,7 @@ class ScoringJob:
         shards = data_files(self.data)
         if shards is None or shards[0] != "parquet":
             return None
-        import pyarrow.parquet as pq
-
-        return sum(pq.read_metadata(file).num_rows for file in shards[1])
+        return sum(parquet_rows(file) for file in shards[1])
 
     def with_stored_types(self) -> ScoringJob:
         """This job, its output format told the types a Parquet source stores, where it writes the rows'

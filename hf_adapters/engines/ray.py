@@ -357,10 +357,12 @@ def _data_fingerprint(ray: Any, job: ScoringJob, tasks: Mapping[str, Any]) -> st
     """What identifies the job's data (:meth:`ScoringJob.data_fingerprint`): for files, a hash of their
     bytes, computed by a Ray task (the command's machine reads no row); for a hub data set, its commit."""
     from hf_adapters.files.data_io import data_files, data_fingerprint, is_saved_dataset
+    from hf_adapters.files.remote_files import is_url
 
     if not (is_saved_dataset(job.data) or data_files(job.data) is not None):
         return job.data_fingerprint()
-    return ray.get(ray.remote(data_fingerprint).options(**tasks).remote(os.path.abspath(job.data), job.split))
+    data = job.data if is_url(job.data) else os.path.abspath(job.data)
+    return ray.get(ray.remote(data_fingerprint).options(**tasks).remote(data, job.split))
 
 
 def _runtime_environment(plugins: Sequence[tuple[str, str]]) -> dict[str, Any]:

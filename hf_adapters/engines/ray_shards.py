@@ -34,10 +34,13 @@ from hf_adapters.files.data_io import (
     _loader_options,
     _merged,
     _parquet_schema,
+    _parquet_types,
     data_files,
     is_saved_dataset,
+    parquet_rows,
     read_rows,
 )
+from hf_adapters.files.remote_files import as_data_file
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -142,7 +145,7 @@ def report_shard(loader: str, path: str, scorer: Any = None) -> ShardReport:
     shard comes back in the report, for the command to raise in shard order."""
     checker = scorer.build() if scorer is not None else None
     try:
-        own = _own_types(loader, Path(path))
+        own = _own_types(loader, as_data_file(path))
         rows, bad, smallest = 0, None, []
         if checker is None and loader in ("parquet", ARROW):
             rows = _stored_rows(loader, path)
@@ -173,9 +176,7 @@ def _stored_rows(loader: str, path: str) -> int:
         from datasets import Dataset
 
         return Dataset.from_file(path).num_rows
-    import pyarrow.parquet as pq
-
-    return pq.read_metadata(path).num_rows
+    return parquet_rows(as_data_file(path))
 
 
 def _own_types(loader: str, path: Path) -> Features | None:
@@ -237,7 +238,7 @@ def _reads_exact_ids(loader: str, path: str, own: Features | None, smallest: Seq
     kind = getattr(own["id"], "dtype", None)
     if kind in ("float16", "float32", "float64"):
         try:
-            exact = _exact_ids([Path(path)])
+            exact = _exact_ids([as_data_file(path)])
         except ValueError:  # an integer a float would change: the command names it, in shard order
             return False, None
         return exact is not None, exact
@@ -273,9 +274,7 @@ def plan_data(ray: Any, job: ScoringJob, worker_scorer: Any,
     elif loader == "csv":
         features = _csv_options(files[0])["features"]
     elif loader == "parquet":
-        import pyarrow.parquet as pq
-
-        features = _features(_parquet_schema(files) or pq.read_schema(files[0]))
+        features = _features(_parquet_schema(files) or _parquet_types(files[0]))
     floats = getattr(features.get("id"), "dtype", None) in ("float16", "float32", "float64")
     exact = loader == "json" and floats and _exact_everywhere(files, reports)
     shards, first_row = [], 0
@@ -362,7 +361,7 @@ def block_tables(data: ShardedData, shard: Shard, rows_per_block: int, blocks: S
     start to its last such block; a ValueError says that it no longer has the rows it had when the
     job started."""
     wanted = set(blocks)
-    exact = _exact_ids([Path(shard.path)]) if data.exact_ids else None
+    exact = _exact_ids([as_data_file(shard.path)]) if data.exact_ids else None
     start = 0
     for table in shard_tables(data.loader, shard.path, data.features, rows_per_block):
         if not wanted:

@@ -12,10 +12,11 @@ import json
 import os
 import re
 from collections.abc import Iterable, Iterator, Mapping
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from hf_adapters.files.json_values import to_json_value
+from hf_adapters.files.remote_files import RemoteFile, is_url, local_copy, open_data_file, remote_files
 
 if TYPE_CHECKING:  # datasets is imported where rows are read: the command line's --help does without it
     import pyarrow as pa
@@ -64,10 +65,11 @@ def read_rows(source: str | Path, *, split: str | None = None, streaming: bool =
         options = _loader_options(loader, files)
         ids = _exact_ids(files) if loader == "json" and _reads_as_floats(options, "id") else None
         try:
-            dataset = load_dataset(loader, data_files=[str(file) for file in files], split="train",
-                                   streaming=streaming, **options)
+            read = [str(local_copy(file) if isinstance(file, RemoteFile) and not streaming else file)
+                    for file in files]
+            dataset = load_dataset(loader, data_files=read, split="train", streaming=streaming, **options)
         except Exception as error:  # datasets wraps parse errors in several types
-            where = files[0] if len(files) == 1 else Path(source)
+            where = files[0] if len(files) == 1 else source if is_url(source) else Path(source)
             raise ValueError(f"Cannot read {str(where)!r} as {loader}: {_innermost(error)}") from error
         if ids is not None:
             dataset = _with_exact_ids(dataset, ids)
@@ -84,12 +86,15 @@ def is_saved_dataset(source: str | Path) -> bool:
 
 def data_files(source: str | Path) -> tuple[str, list[Path]] | None:
     """The loader and the files (in name order) that ``source`` names: a file, a folder of shards or a
-    glob, less Parquet shards of no rows; None for a name that is neither a local path nor a glob (a
-    hub id). A ValueError says what is wrong: a glob or folder without data files, shards of several
-    types or with other columns, an empty file."""
+    glob, local or at a URL (:class:`~hf_adapters.files.remote_files.RemoteFile` each), less Parquet
+    shards of no rows; None for a name that is neither a path, a URL nor a glob (a hub id). A
+    ValueError says what is wrong: a glob or folder without data files, shards of several types or
+    with other columns, an empty file."""
     source = str(source)
     path = Path(source)
-    if path.is_file():
+    if is_url(source):
+        files = remote_files(source, tuple(LOADERS))
+    elif path.is_file():
         files = [path]
     elif path.is_dir():
         files = sorted(file for file in path.rglob("*") if file.is_file() and file.suffix.lower() in LOADERS)
@@ -122,12 +127,11 @@ def data_files(source: str | Path) -> tuple[str, list[Path]] | None:
 
 def _with_rows(files: list[Path], source: str) -> list[Path]:
     """The Parquet shards that hold rows (Spark and pyarrow write shards of none, which the loader cannot read)."""
-    import pyarrow.parquet
 
     kept = []
     for file in files:
         with _naming(file, "parquet"):
-            if pyarrow.parquet.read_metadata(file).num_rows:
+            if parquet_rows(file):
                 kept.append(file)
     if not kept:
         where = f"{str(files[0])!r}: the file" if len(files) == 1 else f"{source!r}: each of its {len(files)} files"
@@ -139,11 +143,10 @@ def _columns(file: Path) -> list[str] | None:
     """The columns a shard's first row (or its schema) has; None where that takes parsing the whole file."""
     suffix = file.suffix.lower()
     if suffix == ".parquet":
-        import pyarrow.parquet
 
-        return pyarrow.parquet.read_schema(file).names
+        return _parquet_types(file).names
     try:
-        with open(file, encoding="utf-8-sig", newline="") as handle:
+        with open_data_file(file, "r", encoding="utf-8-sig", newline="") as handle:
             if suffix == ".csv":
                 return next(csv.reader(handle), [])
             for line in handle:
@@ -206,14 +209,14 @@ def _csv_options(path: Path) -> dict[str, Any]:
     """A CSV holds text: every cell a string as written (ids 001 and 1e3 stay so), an empty cell ""."""
     from datasets import Features, Value
 
-    with open(path, encoding="utf-8-sig", newline="") as handle:
+    with open_data_file(path, "r", encoding="utf-8-sig", newline="") as handle:
         header = next(csv.reader(handle), [])
     return {"keep_default_na": False, "features": Features({name: Value("string") for name in header})}
 
 
 def _is_blank(path: Path) -> bool:
     """Whether the file holds nothing but white space (read only up to its first other byte)."""
-    with open(path, "rb") as handle:
+    with open_data_file(path) as handle:
         while block := handle.read(1 << 16):
             if block.strip():
                 return False
@@ -240,7 +243,7 @@ def _line_chunks(file: Path) -> Iterator[tuple[int, bytes]]:
     """The bytes of a text file in chunks of whole lines, about :data:`CHUNK_BYTES` each, with the number of
     each chunk's first line; a ValueError names the first byte that is not UTF-8."""
     number = 1
-    with open(file, "rb") as handle:
+    with open_data_file(file) as handle:
         while chunk := handle.read(CHUNK_BYTES) + handle.readline():
             try:
                 chunk.decode("utf-8")
@@ -273,7 +276,7 @@ def _check_csv(file: Path) -> None:
 def _csv_rows(file: Path) -> int:
     """How many rows (not blank) a CSV file has below its header; a ValueError names the first line
     with more cells than the header."""
-    with open(file, encoding="utf-8", newline="") as handle:
+    with open_data_file(file, "r", encoding="utf-8", newline="") as handle:
         reader = csv.reader(handle)
         width = len(next(reader, []))
         rows = 0
@@ -418,7 +421,7 @@ def _parquet_schema(files: list[Path]) -> pa.Schema | None:
     schemas = []
     for file in files:
         with _naming(file, "parquet"):
-            schemas.append(pyarrow.parquet.read_schema(file))
+            schemas.append(_parquet_types(file))
     if all(schema.equals(schemas[0]) for schema in schemas):
         return None
     fields = {field.name: field for field in schemas[0]}
@@ -431,16 +434,31 @@ def _parquet_schema(files: list[Path]) -> pa.Schema | None:
     return pa.schema(list(fields.values()))
 
 
+def parquet_rows(file: Path) -> int:
+    """The rows of a Parquet file, as its metadata says (read from its end, local or at a URL)."""
+    import pyarrow.parquet
+
+    with open_data_file(file) as handle:
+        return pyarrow.parquet.read_metadata(handle).num_rows
+
+
+def _parquet_types(file: Path) -> pa.Schema:
+    """The schema a Parquet file stores (read from its end, local or at a URL)."""
+    import pyarrow.parquet
+
+    with open_data_file(file) as handle:
+        return pyarrow.parquet.read_schema(handle)
+
+
 def stored_types(source: str | Path) -> pa.Schema | None:
     """The column types a local Parquet source stores (its shards' own, merged as :func:`read_rows`
     reads them), some of which ``datasets`` does not keep (a dictionary column reads as plain
     strings): for an output that keeps every value as it was. None for other sources."""
-    import pyarrow.parquet
 
     shards = None if is_saved_dataset(source) else data_files(source)
     if shards is None or shards[0] != "parquet":
         return None
-    return _parquet_schema(shards[1]) or pyarrow.parquet.read_schema(shards[1][0])
+    return _parquet_schema(shards[1]) or _parquet_types(shards[1][0])
 
 
 def _merged(field: pa.Field, other: pa.Field) -> pa.Field | None:
@@ -622,18 +640,28 @@ def data_fingerprint(source: str | Path, split: str | None = None) -> str:
         files = sorted(path for path in folder.rglob("*") if path.is_file())
     elif (shards := data_files(source)) is not None:
         files = shards[1]
-        root = Path(os.path.commonpath([str(file.absolute().parent) for file in files]))
     else:
         return f"hub:{source}:{split or 'train'}:{_hub_revision_of_dataset(source)}"
     digest = hashlib.sha256()
-    for file in files:
-        if len(files) > 1 or Path(source).is_dir():
-            digest.update(file.absolute().relative_to(root.absolute()).as_posix().encode() + b"\0")
-        with open(file, "rb") as handle:
+    for file, name in zip(files, _relative_names(files), strict=True):
+        folder = Path(source).is_dir() or (is_url(source) and files[0] != source and not glob.has_magic(source))
+        if len(files) > 1 or folder:
+            digest.update(name.encode() + b"\0")
+        with open_data_file(file) as handle:
             while block := handle.read(1 << 20):
                 digest.update(block)
         digest.update(b"\0")
     return digest.hexdigest()
+
+
+def _relative_names(files: list[Path]) -> list[str]:
+    """Each file's path below the innermost folder holding them all, with ``/`` (URLs alike)."""
+    if isinstance(files[0], RemoteFile):
+        paths = [PurePosixPath(file.split("://", 1)[1]) for file in files]
+    else:
+        paths = [file.absolute() for file in files]
+    root = Path(os.path.commonpath([str(path.parent) for path in paths]))
+    return [PurePosixPath(os.path.relpath(path, root)).as_posix() for path in paths]
 
 
 def _hub_revision_of_dataset(name: str) -> str | None:
