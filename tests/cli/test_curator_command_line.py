@@ -278,6 +278,15 @@ def sigint_ignored_here():
     signal.signal(signal.SIGINT, previous)
 
 
+@pytest.fixture
+def sigint_handled_here():
+    """This process turns SIGINT into KeyboardInterrupt, as Python does at startup unless it was started
+    with SIGINT ignored (a background job of a shell without job control, as CI may run the suite)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 #: A plugin module that says it is being imported, then takes its time.
 SLOW_PLUGIN = "import pathlib, time\npathlib.Path({marker!r}).touch()\ntime.sleep(120)\n"
 
@@ -416,6 +425,7 @@ except KeyboardInterrupt:
 """
 
 
+@pytest.mark.usefixtures("sigint_handled_here")
 def test_an_error_a_ctrl_c_turned_into_while_a_plugin_loads_is_reported_as_the_ctrl_c(tmp_path, capsys,
                                                                                      monkeypatch):
     """A compiled module stopped by Ctrl-C while it is imported can raise another error (SystemError):

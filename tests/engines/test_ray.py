@@ -418,33 +418,27 @@ def test_the_workers_check_the_shards_with_the_default_engines_errors(config, tm
 
 
 @pytest.mark.usefixtures("ray_cluster")
-@pytest.mark.parametrize("flags", [[], ["--streaming"]], ids=["checked-first", "streamed"])
-def test_shards_at_a_url_are_read_by_the_workers_as_the_local_engine_reads_their_folder(config, tmp_path, capsys,
-                                                                                        flags):
+def test_shards_at_a_url_are_read_by_the_workers_as_the_local_engine_reads_their_folder(config, tmp_path):
     """A URL (``file://`` here, read through fsspec as ``s3://`` or ``gs://`` would be) is listed where
-    the command runs and read by the workers: the scores of its folder's, and the same error for a bad line."""
+    the command runs and read by the workers: the scores of its folder's. (Streamed: the next test.)"""
     shards = write_shards(tmp_path / "shards", [20, 6])
     assert score(config, shards, tmp_path / "local.jsonl") == 0
-    ray_flags = [*flags, "--engine", "ray", "--num-workers", "2"]
-    assert score(config, f"file://{shards}/*.jsonl", tmp_path / "ray.jsonl", *ray_flags) == 0
+    assert score(config, f"file://{shards}/*.jsonl", tmp_path / "ray.jsonl", "--engine", "ray") == 0
     assert_same_scores(read_jsonl(tmp_path / "ray.jsonl"), read_jsonl(tmp_path / "local.jsonl"))
-    bad = write_shards(tmp_path / "bad", [20, 6], '{"instruction": "Say hi.", "output": ')
-    capsys.readouterr()
-    assert score(config, f"file://{bad}", tmp_path / "bad.jsonl", *ray_flags) == 2
-    assert capsys.readouterr().err.startswith(f"error: Cannot read 'file://{bad}/b.jsonl' as json: Line 2 is not")
 
 
 @pytest.mark.usefixtures("ray_cluster")
 def test_streamed_shards_are_numbered_across_them_and_written_a_parquet_file_per_block(config, tmp_path):
     """``--streaming`` on Ray: the rows of three shards without ids are numbered across the shards, and
-    ``--file-per-block`` leaves one Parquet file per block, named by shard file and rows, in input order."""
+    ``--file-per-block`` leaves one Parquet file per block, named by shard file and rows, in input order;
+    the shards are given as a ``file://`` URL, which the workers stream through fsspec."""
     import pyarrow.parquet as pq
 
     shards = write_shards(tmp_path / "shards", [20, 25, 15])
     parquet = ["--output-format", "parquet"]
     assert score(config, shards, tmp_path / "local", *parquet) == 0
-    assert score(config, shards, tmp_path / "ray", *parquet, "--streaming", "--file-per-block", "--engine", "ray",
-                 "--num-workers", "2", "--rows-per-block", "16") == 0
+    assert score(config, f"file://{shards}", tmp_path / "ray", *parquet, "--streaming", "--file-per-block",
+                 "--engine", "ray", "--num-workers", "2", "--rows-per-block", "16") == 0
     assert sorted(path.name for path in (tmp_path / "ray").iterdir()) == [
         "part-00000-a-000000000000-000000000016.parquet", "part-00000-a-000000000016-000000000020.parquet",
         "part-00001-b-000000000000-000000000016.parquet", "part-00001-b-000000000016-000000000025.parquet",
