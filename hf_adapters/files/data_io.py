@@ -38,7 +38,8 @@ def read_rows(source: str | Path, *, split: str | None = None, streaming: bool =
     a float column could hold, inexactly, is refused naming its line.
 
     ``source`` is a JSONL, JSON (lines or a list of records), CSV or Parquet file; a folder of such
-    shards, or a glob of them (``data/*.parquet``, ``shards/**/*.jsonl``), read in name order; a
+    shards, or a glob of them (``data/*.parquet``, ``shards/**/*.jsonl``), read in name order, local
+    or at a URL fsspec reads (``s3://bucket/rows/*.jsonl``: :mod:`~hf_adapters.files.remote_files`); a
     ``save_to_disk`` folder (of a ``DatasetDict``: ``split`` names the split); or a data set id on the
     hub (``split`` names the split, default ``train``; offline, a clear error). Shards must all be of
     one type and hold the same columns, each of one type; Parquet shards of no rows are skipped.
