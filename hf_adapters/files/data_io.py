@@ -147,7 +147,7 @@ def _columns(file: Path) -> list[str] | None:
 
         return _parquet_types(file).names
     try:
-        with open_data_file(file, "r", encoding="utf-8-sig", newline="") as handle:
+        with open_data_file(file, "r", head=True, encoding="utf-8-sig", newline="") as handle:
             if suffix == ".csv":
                 return next(csv.reader(handle), [])
             for line in handle:
@@ -210,14 +210,14 @@ def _csv_options(path: Path) -> dict[str, Any]:
     """A CSV holds text: every cell a string as written (ids 001 and 1e3 stay so), an empty cell ""."""
     from datasets import Features, Value
 
-    with open_data_file(path, "r", encoding="utf-8-sig", newline="") as handle:
+    with open_data_file(path, "r", head=True, encoding="utf-8-sig", newline="") as handle:
         header = next(csv.reader(handle), [])
     return {"keep_default_na": False, "features": Features({name: Value("string") for name in header})}
 
 
 def _is_blank(path: Path) -> bool:
     """Whether the file holds nothing but white space (read only up to its first other byte)."""
-    with open_data_file(path) as handle:
+    with open_data_file(path, head=True) as handle:
         while block := handle.read(1 << 16):
             if block.strip():
                 return False
@@ -439,7 +439,7 @@ def parquet_rows(file: Path) -> int:
     """The rows of a Parquet file, as its metadata says (read from its end, local or at a URL)."""
     import pyarrow.parquet
 
-    with open_data_file(file) as handle:
+    with open_data_file(file, head=True) as handle:
         return pyarrow.parquet.read_metadata(handle).num_rows
 
 
@@ -447,7 +447,7 @@ def _parquet_types(file: Path) -> pa.Schema:
     """The schema a Parquet file stores (read from its end, local or at a URL)."""
     import pyarrow.parquet
 
-    with open_data_file(file) as handle:
+    with open_data_file(file, head=True) as handle:
         return pyarrow.parquet.read_schema(handle)
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import glob
 import hashlib
+import io
 import json
 import os
 import re
@@ -116,13 +117,19 @@ def _folder_before_magic(name: str) -> str:
     return name if magic is None else name[:name.rfind("/", 0, magic)]
 
 
-def open_data_file(file: str | Path, mode: str = "rb", **options: Any) -> IO:
-    """``file`` opened for reading: a local path by ``open``, a :class:`RemoteFile` through fsspec (a stream)."""
-    if isinstance(file, RemoteFile):
-        import fsspec
+#: Bytes a remote file is fetched in where only its start or its end is read (a header, a first line,
+#: Parquet's footer), not the filesystem's default read-ahead (50 MiB for s3fs).
+HEAD_BLOCK_BYTES = 1 << 16
 
-        return fsspec.open(file, mode, **options).open()
-    return open(file, mode, **options)  # noqa: SIM115 - the caller closes it
+
+def open_data_file(file: str | Path, mode: str = "rb", *, head: bool = False, **options: Any) -> IO:
+    """``file`` opened for reading: a local path by ``open``, a :class:`RemoteFile` through fsspec (a
+    stream; with ``head``, fetched in small blocks, for a reader of its first line or its footer)."""
+    if not isinstance(file, RemoteFile):
+        return open(file, mode, **options)  # noqa: SIM115 - the caller closes it
+    filesystem, path = _filesystem(file)
+    stream = filesystem.open(path, "rb", block_size=HEAD_BLOCK_BYTES if head else None)
+    return stream if "b" in mode else io.TextIOWrapper(stream, **options)
 
 
 #: The keys of fsspec's ``info`` that change when a file's content does, on the common filesystems.
