@@ -40,7 +40,7 @@ from hf_adapters.files.data_io import (
     parquet_rows,
     read_rows,
 )
-from hf_adapters.files.remote_files import as_data_file
+from hf_adapters.files.remote_files import as_data_file, readable_path
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -201,7 +201,8 @@ def shard_tables(loader: str, path: str, features: Features | None, batch_rows: 
         dataset = Dataset.from_file(path)
     else:
         options = {"keep_default_na": False} if loader == "csv" else {}
-        dataset = load_dataset(loader, data_files=[path], split="train", streaming=True, features=features, **options)
+        dataset = load_dataset(loader, data_files=[str(readable_path(as_data_file(path)))], split="train",
+                               streaming=True, features=features, **options)
     yield from dataset.with_format("arrow").iter(batch_size=batch_rows)
 
 

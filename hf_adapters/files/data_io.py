@@ -16,7 +16,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from hf_adapters.files.json_values import to_json_value
-from hf_adapters.files.remote_files import RemoteFile, is_url, local_copy, open_data_file, remote_files
+from hf_adapters.files.remote_files import RemoteFile, is_url, open_data_file, readable_path, remote_files
 
 if TYPE_CHECKING:  # datasets is imported where rows are read: the command line's --help does without it
     import pyarrow as pa
@@ -66,9 +66,8 @@ def read_rows(source: str | Path, *, split: str | None = None, streaming: bool =
         options = _loader_options(loader, files)
         ids = _exact_ids(files) if loader == "json" and _reads_as_floats(options, "id") else None
         try:
-            read = [str(local_copy(file) if isinstance(file, RemoteFile) and not streaming else file)
-                    for file in files]
-            dataset = load_dataset(loader, data_files=read, split="train", streaming=streaming, **options)
+            dataset = load_dataset(loader, data_files=[str(readable_path(file)) for file in files], split="train",
+                                   streaming=streaming, **options)
         except Exception as error:  # datasets wraps parse errors in several types
             where = files[0] if len(files) == 1 else source if is_url(source) else Path(source)
             raise ValueError(f"Cannot read {str(where)!r} as {loader}: {_innermost(error)}") from error

@@ -1,12 +1,13 @@
 """Data files at a URL that fsspec reads (``s3://``, ``gs://``, ``az://``, ``hf://``, ``https://``,
-``memory://``...): listed by name like local shards, checked as a stream.
+``memory://``...): listed by name like local shards, fetched once per machine.
 
 :func:`remote_files` is to a URL what :func:`~hf_adapters.files.data_io.data_files` is to a local
 path: the data files that a file, a folder or a glob names, in name order. Each is a
 :class:`RemoteFile`, a ``str`` (as the ``datasets`` loader takes a URL) that answers the few things
-the readers ask of a path; :func:`open_data_file` opens a local path or a URL alike, and
-:func:`local_copy` fetches a file once into the cache folder, for the ``datasets`` loader to convert
-(its own download refuses every URL under ``HF_HUB_OFFLINE``, which is about the hub). Credentials
+the readers ask of a path; :func:`open_data_file` opens a local path or a URL alike: a whole file
+from its :func:`local_copy`, fetched once into the cache folder for every reader of this machine (the
+checks, the fingerprint, the ``datasets`` loader, whose own download refuses every URL under
+``HF_HUB_OFFLINE``, which is about the hub), its first line or footer as a stream. Credentials
 are fsspec's own (environment variables, config files); a filesystem whose package is not installed
 (``s3fs`` for ``s3://``) is an error naming it.
 """
@@ -71,6 +72,12 @@ def as_data_file(name: str) -> Path | RemoteFile:
     return RemoteFile(name) if is_url(name) else Path(name)
 
 
+def readable_path(file: str | Path) -> Path:
+    """Where this machine reads ``file`` whole: a local path itself, a :class:`RemoteFile` from its
+    :func:`local_copy`."""
+    return local_copy(file) if isinstance(file, RemoteFile) else Path(file)
+
+
 def _filesystem(url: str) -> tuple[Any, str]:
     """fsspec's filesystem for ``url`` and the path within it; an ImportError names a missing package."""
     import fsspec
@@ -96,7 +103,8 @@ def remote_files(url: str, suffixes: tuple[str, ...]) -> list[RemoteFile]:
         return RemoteFile(filesystem.unstrip_protocol(found))
 
     if glob.has_magic(path):
-        files = sorted(named(found) for found in filesystem.glob(path) if filesystem.isfile(found))
+        files = sorted(named(found) for found, info in filesystem.glob(path, detail=True).items()
+                       if info.get("type") == "file")
         if not files:
             raise ValueError(f"The pattern {url!r} matches no file.")
         return files
@@ -123,12 +131,15 @@ HEAD_BLOCK_BYTES = 1 << 16
 
 
 def open_data_file(file: str | Path, mode: str = "rb", *, head: bool = False, **options: Any) -> IO:
-    """``file`` opened for reading: a local path by ``open``, a :class:`RemoteFile` through fsspec (a
-    stream; with ``head``, fetched in small blocks, for a reader of its first line or its footer)."""
+    """``file`` opened for reading: a local path by ``open``; a :class:`RemoteFile` read whole from its
+    :func:`local_copy` (so the checks, the fingerprint and the loader fetch it once), or with ``head``,
+    for a reader of its first line or its footer, as a stream fetched in small blocks."""
     if not isinstance(file, RemoteFile):
         return open(file, mode, **options)  # noqa: SIM115 - the caller closes it
+    if not head:
+        return open(readable_path(file), mode, **options)  # noqa: SIM115 - the caller closes it
     filesystem, path = _filesystem(file)
-    stream = filesystem.open(path, "rb", block_size=HEAD_BLOCK_BYTES if head else None)
+    stream = filesystem.open(path, "rb", block_size=HEAD_BLOCK_BYTES)
     return stream if "b" in mode else io.TextIOWrapper(stream, **options)
 
 
