@@ -19,6 +19,7 @@ again with busy processes beside it on the same cores (``--busy``): the contenti
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -28,6 +29,7 @@ import torch
 
 from hf_adapters.backends import TransformersBackend, VLLMBackend
 from hf_adapters.backends.loading import load_model
+from hf_adapters.backends.vllm import ENGINE_ARGS_ENV
 from hf_adapters.core.texts import ppl_text
 from hf_adapters.files.data_io import read_records
 from hf_adapters.formulas.ifd import compute_ifd
@@ -145,6 +147,12 @@ def contention_row(args: argparse.Namespace, backends: dict[str, object]) -> str
             f"{times['transformers']:.1f} | {times['vllm']:.1f} | {times['vllm'] / times['transformers']:.2f}x | | |")
 
 
+def _engine_settings(backend: VLLMBackend) -> str:
+    if backend.engine_args:
+        return f"with {ENGINE_ARGS_ENV}='{json.dumps(backend.engine_args)}'"
+    return "with vLLM's own settings (on a CPU it compiles the model with torch.compile before the first score)"
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", help="Alpaca-style JSON or JSONL (default: the package's sample)")
@@ -159,8 +167,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     transformers = TransformersBackend.from_pretrained()
+    vllm, start = timed(VLLMBackend.from_pretrained)
+    log(f"vLLM engine started in {start:.1f} s")
     backends = {"float64": TransformersBackend(*load_model(dtype="float64")), "transformers": transformers,
-                "vllm": VLLMBackend.from_pretrained()}
+                "vllm": vllm}
     header = ("| job | rows | ours (transformers), s | vLLM, s | vLLM / ours | ours: max rel. diff. from float64 "
               "| vLLM: max rel. diff. from float64 |\n|---|---|---|---|---|---|---|")
     lines = [*metric_rows(args, backends), generation_row(args, backends)]
@@ -173,6 +183,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"Machine: {machine_description(torch.device('cpu'))}; vLLM {identity['vllm']}, default model "
         f"(SmolLM2-135M-Instruct), float32. Each time is one run after a warm-up, the two backends in turn in "
         f"one process; compare the ratios, not the seconds, across machines.",
+        "",
+        f"vLLM's engine started in {start:.1f} s, {_engine_settings(vllm)}.",
         "",
         header,
         *lines,

@@ -242,7 +242,11 @@ QUIET_RAY = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
 
 @pytest.fixture(scope="module")
 def ray_cluster() -> Iterator[object]:
-    """A local Ray cluster of 2 CPUs for the module, whose workers import this checkout of hf_adapters."""
+    """A local Ray cluster of 2 CPUs for the module, whose workers import this checkout of hf_adapters.
+
+    Its idle workers are kept (Ray kills those beyond one per CPU after a second), so that the next
+    job's tasks find torch and the scorer's modules imported: some 7 s a job on 2 cores. The command's
+    own cluster has Ray's default, its workers being its own."""
     pytest.importorskip("ray")
     saved = {name: os.environ.get(name) for name in [*QUIET_RAY, "PYTHONPATH"]}
     os.environ.update(QUIET_RAY)
@@ -250,10 +254,38 @@ def ray_cluster() -> Iterator[object]:
     import ray
 
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
-             logging_level=logging.ERROR, object_store_memory=100 * 1024**2)
+             logging_level=logging.ERROR, object_store_memory=100 * 1024**2,
+             _system_config={"idle_worker_killing_time_threshold_ms": 3_600_000})
     try:
         yield ray
     finally:
         ray.shutdown()
         for name, value in saved.items():
             os.environ.pop(name) if value is None else os.environ.__setitem__(name, value)
+
+
+@pytest.fixture(scope="session")
+def lm_eval_tasks_indexed_once() -> Iterator[None]:
+    """lm-eval's own task folder indexed once for the session rather than for every ``TaskManager``
+    (each run of its command line makes one): its ~15,000 YAML files take some 8 s on 2 cores, and
+    do not change. Other folders (ours, a test's) are indexed each time, after it, as lm-eval does.
+    Where lm-eval's index is not where this expects it, nothing is changed."""
+    lm_eval_index = pytest.importorskip("lm_eval.tasks._index", reason="lm-evaluation-harness is not installed")
+    build = getattr(getattr(lm_eval_index, "TaskIndex", None), "build", None)
+    own_folder = Path(lm_eval_index.__file__).parent
+    if build is None:
+        yield
+        return
+    indexed = {}
+
+    def build_once(paths, *, resolve_includes=True):
+        paths = [Path(path) for path in paths]
+        if not paths or paths[0] != own_folder or not resolve_includes:
+            return build(paths, resolve_includes=resolve_includes)
+        if "own" not in indexed:
+            indexed["own"] = build([own_folder])
+        return {**copy.deepcopy(indexed["own"]), **(build(paths[1:]) if paths[1:] else {})}
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(lm_eval_index.TaskIndex, "build", staticmethod(build_once))
+        yield

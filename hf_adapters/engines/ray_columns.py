@@ -40,12 +40,14 @@ MAX_BATCHES_PER_BLOCK = 64
 def worker_environment() -> dict[str, str]:
     """This process's settings for the workers, where they are set (Ray starts workers with the
     environment of the node's ``ray start``, not this one's): ``HF_ADAPTERS_CPU_LINEAR``, which changes
-    scores, and OpenMP's wait policy (:mod:`hf_adapters.core.openmp`), which keeps
-    workers that share cores fast."""
+    scores, ``HF_ADAPTERS_VLLM_ARGS``, the vLLM engines' arguments, and OpenMP's wait policy
+    (:mod:`hf_adapters.core.openmp`), which keeps workers that share cores fast."""
     from hf_adapters.backends.transformers.cpu_kernels import CPU_LINEAR_ENV
+    from hf_adapters.backends.vllm import ENGINE_ARGS_ENV
     from hf_adapters.core.openmp import WAIT_POLICY_ENV
 
-    return {name: os.environ[name] for name in (CPU_LINEAR_ENV, WAIT_POLICY_ENV) if os.environ.get(name)}
+    return {name: os.environ[name] for name in (CPU_LINEAR_ENV, ENGINE_ARGS_ENV, WAIT_POLICY_ENV)
+            if os.environ.get(name)}
 
 
 def worker_threads(gpus_per_worker: float) -> int | None:

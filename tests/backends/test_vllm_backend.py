@@ -2,9 +2,12 @@
 stand-in for the engine, how it leaves the engine and what it makes of a non-finite log-probability.
 
 The real-engine tests run where vLLM is installed: ``make test`` runs them in ``.venv-vllm`` (``make vllm``);
-in an environment without vLLM they skip. One engine serves the tiny model for the whole module (its start
-costs some 30 s on 2 cores); the default model is loaded once, in the last test. The stand-in tests run
-everywhere (a stand-in ``vllm`` module is put in place for them).
+in an environment without vLLM they skip. One engine serves the tiny model for the whole module; the default
+model is loaded in the last test. Every engine here, in this process, its subprocesses and its Ray workers,
+runs eagerly (``HF_ADAPTERS_VLLM_ARGS``: ``enforce_eager``): on 2 cores vLLM's CPU build spends some 30 s
+compiling the tiny model and 90 s the default one before its first score, where an eager engine starts in
+10 (the compiled engine's scores are checked against float64 by ``make bench``'s vLLM row). The stand-in
+tests run everywhere (a stand-in ``vllm`` module is put in place for them).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from hf_adapters import cli
 from hf_adapters.backends import TransformersBackend, VLLMBackend, backend_class
 from hf_adapters.backends.base import EntropyUnsupportedError
+from hf_adapters.backends.vllm import ENGINE_ARGS_ENV
 from hf_adapters.columns.dataset_columns import add_ifd_column
 from hf_adapters.formulas.ifd import compute_ifd
 from hf_adapters.formulas.information_parity import compute_information_parity
@@ -43,6 +47,15 @@ from tests.spaces.spaces_fixtures import load_app
 
 REPO = Path(__file__).resolve().parents[2]
 NO_VLLM = "vLLM is not installed here: make test runs these in .venv-vllm (make vllm)"
+EAGER = {"enforce_eager": True}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def eager_engines():
+    """Set before any engine or Ray worker starts; the subprocesses inherit it."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(ENGINE_ARGS_ENV, json.dumps(EAGER))
+        yield
 
 
 @pytest.fixture(scope="module")
@@ -143,8 +156,10 @@ def test_vllm_greedy_responses_equal_our_greedy_decoding(engine, model, tokenize
 def test_the_identity_names_the_backend_and_the_vllm_version(engine, model_dir):
     identity = engine.identity()
     assert identity["backend"] == "vllm" and identity["vllm"] and identity["dtype"] == "float32"
+    assert identity["engine_args"] == EAGER
     assert identity != TransformersBackend.identify(model_dir)
-    assert backend_class("vllm").identify(model_dir)["files"] == identity["files"]
+    ahead_of_loading = backend_class("vllm").identify(model_dir)
+    assert ahead_of_loading["files"] == identity["files"] and ahead_of_loading["engine_args"] == EAGER
 
 
 def test_the_space_scores_tokens_and_generates_on_vllm_as_on_transformers(engine, model_dir):
@@ -392,6 +407,22 @@ def test_the_lm_eval_model_gives_nan_not_zero_for_a_text_the_backend_could_not_s
     requests = [Instance("loglikelihood_rolling", {}, (text,), i) for i, text in enumerate(["", "fox", "Cats"])]
     empty, unscorable, scored = lm_eval_model.HFAdaptersLM(backend).loglikelihood_rolling(requests)
     assert empty == 0 and math.isnan(unscorable) and math.isfinite(scored) and scored < 0
+
+
+@pytest.mark.parametrize("value,message", [
+    ('{"enforce_eager": tru', "HF_ADAPTERS_VLLM_ARGS is not JSON"),
+    ("[1]", "HF_ADAPTERS_VLLM_ARGS must be a JSON object"),
+])
+def test_engine_arguments_from_the_environment_that_are_not_a_json_object_are_one_error_line(
+        value, message, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv(ENGINE_ARGS_ENV, value)
+    config = tmp_path / "ifd.yaml"
+    config.write_text("name: IFDScorer\n", encoding="utf-8")
+    rows = write_jsonl(tmp_path / "rows.jsonl", [{"instruction": "Hi.", "output": "Hello."}])
+    assert cli.main(["score", str(config), "--backend", "vllm", "--data", str(rows), "--output",
+                     str(tmp_path / "out.jsonl"), "--no-progress"]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"error: {message}") and """e.g. '{"enforce_eager": true}'""" in line
 
 
 def test_a_generate_call_stopped_by_a_too_long_prompt_leaves_the_real_engine_clean(engine, tokenizer):

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 lm_eval = pytest.importorskip("lm_eval", reason="lm-evaluation-harness is installed with the [test] extra")
+pytestmark = pytest.mark.usefixtures("lm_eval_tasks_indexed_once")
 from lm_eval.api.instance import Instance  # noqa: E402
 from lm_eval.models.huggingface import HFLM  # noqa: E402
 from lm_eval.tasks import TaskManager  # noqa: E402

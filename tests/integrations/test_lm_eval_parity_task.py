@@ -17,6 +17,7 @@ from hf_adapters.formulas.parallel_corpus import group_by_language, pair_ids
 from tests.conftest import build_model, build_tokenizer, saved_model, write_jsonl
 
 lm_eval = pytest.importorskip("lm_eval")
+pytestmark = pytest.mark.usefixtures("lm_eval_tasks_indexed_once")
 lm_eval_tasks = importlib.import_module("lm_eval.tasks")
 TASKS_DIR = importlib.import_module("hf_adapters.integrations.lm_eval_harness.tasks").TASKS_DIR
 
