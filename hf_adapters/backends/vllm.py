@@ -165,7 +165,7 @@ class VLLMBackend(LikelihoodBackend):
     computes_greedy = True
 
     def __init__(self, llm: Any, *, source: tuple[str, Any, Any] | None = None, device_type: str | None = None,
-                 dtype: str | None = None):
+                 dtype: str | None = None, engine_args: dict[str, Any] | None = None):
         from vllm import SamplingParams
 
         self.llm = llm
@@ -178,7 +178,7 @@ class VLLMBackend(LikelihoodBackend):
         self.scores_continuation_only = ("prompt_logprob_start" in fields
                                          and bool(getattr(config, "use_v2_model_runner", False)))
         #: The ``vllm.LLM`` arguments it was started with beside ours (:meth:`from_pretrained`).
-        self.engine_args: dict[str, Any] = {}
+        self.engine_args = dict(engine_args or {})
         self._identity: dict[str, Any] | None = None
 
     @classmethod
@@ -190,14 +190,13 @@ class VLLMBackend(LikelihoodBackend):
         :data:`ENGINE_ARGS_ENV`; the identity names them."""
         engine_args = {**environment_engine_args(), **engine_args}
         llm, device_type, dtype_name = load_engine(model_id, dtype, device, engine_args)
-        backend = cls(llm, source=(model_id, dtype, device), device_type=device_type, dtype=dtype_name)
-        backend.engine_args = engine_args
-        return backend
+        return cls(llm, source=(model_id, dtype, device), device_type=device_type, dtype=dtype_name,
+                   engine_args=engine_args)
 
     @classmethod
     def identify(cls, model_id: str, *, dtype: Any = None, device: Any = None) -> dict[str, Any]:
         """The model's files or hub commit (:func:`hf_adapters.backends.loading.model_identity`), with the
-        backend's name and the vLLM version."""
+        backend's name, the vLLM version and the engine arguments of :data:`ENGINE_ARGS_ENV`, if any."""
         identity = models.model_identity(model_id, dtype, device)
         return {**identity, "backend": cls.name, "vllm": vllm_version(), **_named(environment_engine_args())}
 
