@@ -4,9 +4,9 @@ stand-in for the engine, how it leaves the engine and what it makes of a non-fin
 The real-engine tests run where vLLM is installed: ``make test`` runs them in ``.venv-vllm`` (``make vllm``);
 in an environment without vLLM they skip. One engine serves the tiny model for the whole module; the default
 model is loaded in the last test. Every engine here, in this process, its subprocesses and its Ray workers,
-runs eagerly (``HF_ADAPTERS_VLLM_ARGS``: ``enforce_eager``): on 2 cores vLLM's CPU build spends some 30 s
-compiling the tiny model and 90 s the default one before its first score, where an eager engine starts in
-10 (the compiled engine's scores are checked against float64 by ``make bench``'s vLLM row). The stand-in
+runs eagerly (``HF_ADAPTERS_VLLM_ARGS``: ``enforce_eager``): on 2 cores vLLM's CPU build spends some 35 s
+compiling the tiny model and 90-135 s the default one before its first score, where an eager engine starts in
+7-14 s (the compiled engine's scores are checked against float64 by ``make bench``'s vLLM row). The stand-in
 tests run everywhere (a stand-in ``vllm`` module is put in place for them).
 """
 
