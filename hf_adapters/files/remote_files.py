@@ -134,9 +134,7 @@ def open_data_file(file: str | Path, mode: str = "rb", *, head: bool = False, **
     """``file`` opened for reading: a local path by ``open``; a :class:`RemoteFile` read whole from its
     :func:`local_copy` (so the checks, the fingerprint and the loader fetch it once), or with ``head``,
     for a reader of its first line or its footer, as a stream fetched in small blocks."""
-    if not isinstance(file, RemoteFile):
-        return open(file, mode, **options)  # noqa: SIM115 - the caller closes it
-    if not head:
+    if not (head and isinstance(file, RemoteFile)):
         return open(readable_path(file), mode, **options)  # noqa: SIM115 - the caller closes it
     filesystem, path = _filesystem(file)
     stream = filesystem.open(path, "rb", block_size=HEAD_BLOCK_BYTES)
