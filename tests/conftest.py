@@ -9,6 +9,7 @@ import json
 import logging
 import math
 import os
+import sys
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
@@ -264,18 +265,29 @@ def ray_cluster() -> Iterator[object]:
             os.environ.pop(name) if value is None else os.environ.__setitem__(name, value)
 
 
+def lm_eval_logs_to_this_stderr() -> None:
+    """Point lm-eval's own stream handlers, set up by an earlier test on the stderr of its time, at this
+    test's ``sys.stderr`` (which pytest's capture replaces per test), before running its command line."""
+    for handler in logging.getLogger("lm_eval").handlers:
+        if type(handler) is logging.StreamHandler:
+            handler.stream = sys.stderr
+
+
 @pytest.fixture(scope="session")
 def lm_eval_tasks_indexed_once() -> Iterator[None]:
     """lm-eval's own task folder indexed once for the session rather than for every ``TaskManager``
     (each run of its command line makes one): its ~15,000 YAML files take some 8 s on 2 cores, and
     do not change. Other folders (ours, a test's) are indexed each time, after it, as lm-eval does.
-    Where lm-eval's index is not where this expects it, nothing is changed."""
-    lm_eval_index = pytest.importorskip("lm_eval.tasks._index", reason="lm-evaluation-harness is not installed")
+    Where lm-eval or its index is not where this expects it, nothing is changed (and nothing skipped)."""
+    try:
+        from lm_eval.tasks import _index as lm_eval_index
+    except ImportError:
+        lm_eval_index = None
     build = getattr(getattr(lm_eval_index, "TaskIndex", None), "build", None)
-    own_folder = Path(lm_eval_index.__file__).parent
     if build is None:
         yield
         return
+    own_folder = Path(lm_eval_index.__file__).parent
     indexed = {}
 
     def build_once(paths, *, resolve_includes=True):

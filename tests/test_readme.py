@@ -2,7 +2,6 @@
 model), and every relative link in them points at a file (and heading) that exists."""
 
 import importlib.util
-import logging
 import os
 import re
 import shlex
@@ -13,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from hf_adapters.backends.loading import embedded_default_source
+from tests.conftest import lm_eval_logs_to_this_stderr
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
@@ -153,9 +153,7 @@ def test_the_pages_vllm_lm_eval_command_without_vllm_says_what_to_install_in_one
 
     monkeypatch.chdir(ROOT)
     for words in (words for words in lm_eval_commands() if words[0] == VLLM_PROGRAM):
-        for handler in logging.getLogger("lm_eval").handlers:  # lm-eval's, set up in an earlier test to its stderr
-            if type(handler) is logging.StreamHandler:
-                handler.stream = sys.stderr
+        lm_eval_logs_to_this_stderr()
         assert cli.main(words[1:]) == 2
         err = capsys.readouterr().err
         assert "Traceback" not in err

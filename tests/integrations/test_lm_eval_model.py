@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 lm_eval = pytest.importorskip("lm_eval", reason="lm-evaluation-harness is installed with the [test] extra")
-pytestmark = pytest.mark.usefixtures("lm_eval_tasks_indexed_once")
 from lm_eval.api.instance import Instance  # noqa: E402
 from lm_eval.models.huggingface import HFLM  # noqa: E402
 from lm_eval.tasks import TaskManager  # noqa: E402
@@ -25,7 +24,9 @@ from hf_adapters.backends import TransformersBackend  # noqa: E402
 from hf_adapters.integrations.lm_eval_harness import HFAdaptersLM  # noqa: E402
 from hf_adapters.integrations.lm_eval_harness.errors import ModelArgumentError  # noqa: E402
 from hf_adapters.integrations.lm_eval_harness.model import LM_EVAL_DEFAULT_DEVICE  # noqa: E402
+from tests.conftest import lm_eval_logs_to_this_stderr  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures("lm_eval_tasks_indexed_once")
 TASKS = Path(__file__).parent / "lm_eval_tasks"
 PARALLEL = Path(__file__).resolve().parents[2] / "hf_adapters" / "data" / "parallel_sample.jsonl"
 RTOL = 1e-5
@@ -163,9 +164,7 @@ def lm_eval_argv(model_dir: str, model_args: str, *options: str, metadata: bool 
 
 def one_error_line(argv: list[str], capsys) -> str:
     """The command's one ``error:`` line, last on stderr, with exit status 2 and no traceback."""
-    for handler in logging.getLogger("lm_eval").handlers:  # lm-eval's, set up in an earlier test to its stderr
-        if type(handler) is logging.StreamHandler:
-            handler.stream = sys.stderr
+    lm_eval_logs_to_this_stderr()
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
     errors = [line for line in err.splitlines() if line.startswith("error:")]

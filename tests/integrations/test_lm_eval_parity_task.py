@@ -2,10 +2,8 @@
 by lm-eval's own ``hf`` model on a tiny model saved to a folder, against ``metrics/information_parity``."""
 
 import importlib
-import logging
 import math
 import statistics
-import sys
 
 import evaluate
 import pytest
@@ -14,7 +12,7 @@ from tokenizers import processors
 from hf_adapters import cli
 from hf_adapters.files.data_io import read_records
 from hf_adapters.formulas.parallel_corpus import group_by_language, pair_ids
-from tests.conftest import build_model, build_tokenizer, saved_model, write_jsonl
+from tests.conftest import build_model, build_tokenizer, lm_eval_logs_to_this_stderr, saved_model, write_jsonl
 
 lm_eval = pytest.importorskip("lm_eval")
 pytestmark = pytest.mark.usefixtures("lm_eval_tasks_indexed_once")
@@ -144,9 +142,7 @@ def test_the_tasks_data_refused_is_one_error_line_from_the_command_line(metadata
 
     Round five, item 14."""
     metadata = [argument.replace("PARALLEL", str(rows_file)) for argument in metadata]
-    for handler in logging.getLogger("lm_eval").handlers:  # lm-eval's, set up in an earlier test to its stderr
-        if type(handler) is logging.StreamHandler:
-            handler.stream = sys.stderr
+    lm_eval_logs_to_this_stderr()
     argv = ["lm-eval", "--model", "hf-adapters", "--model_args", f"model_id={model_dir}",
             "--tasks", "information_parity", "--limit", "1", *metadata]
     assert cli.main(argv) == 2
