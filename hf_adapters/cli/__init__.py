@@ -226,20 +226,21 @@ class _SigintWatch:
     def unraisable(self, unraisable: Any) -> None:
         if self.received and unraisable.exc_type is KeyboardInterrupt:
             self.lost = True  # raised again from another thread once the finalizer is left (else lost again)
-            again = threading.Timer(0.01, _sigint_to_the_main_thread)
+            again = threading.Timer(0.01, self.send_again)
             again.daemon = True
             again.start()
         else:
             self.unraisablehook(unraisable)
 
-
-def _sigint_to_the_main_thread() -> None:
-    """A SIGINT for the main thread, which wakes it from a sleep (simulated where threads cannot be
-    signalled: Windows)."""
-    if hasattr(signal, "pthread_kill"):
-        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
-    else:
-        _thread.interrupt_main(signal.SIGINT)
+    def send_again(self) -> None:
+        """The lost Ctrl-C again, unless another SIGINT raised it meanwhile: a SIGINT for the main
+        thread, which wakes it from a sleep (simulated where threads cannot be signalled: Windows)."""
+        if not self.lost:
+            return
+        if hasattr(signal, "pthread_kill"):
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+        else:
+            _thread.interrupt_main(signal.SIGINT)
 
 
 @contextmanager
