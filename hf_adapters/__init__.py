@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     from hf_adapters.formulas.perplexity import PerplexityOptions, compute_perplexity
     from hf_adapters.formulas.token_selection import rho1_labels
     from hf_adapters.ifeval import compute_ifeval
+    from hf_adapters.integrations.metric_paths import metric_path
     from hf_adapters.scorers import ScoreSet, build_scorer
 
 #: Each public name, and the module it comes from.
@@ -96,6 +97,7 @@ _EXPORTS = {
     "rho1_labels": "formulas.token_selection",
     "compute_miwv": "formulas.miwv",
     "add_miwv_column": "columns.miwv_columns",
+    "metric_path": "integrations.metric_paths",
 }
 
 __all__ = sorted(_EXPORTS)
