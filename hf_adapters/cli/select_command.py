@@ -11,6 +11,7 @@ from hf_adapters.cli.arguments import hide_library_progress, positive_int
 from hf_adapters.core.conventions import SELECTION_CONVENTIONS, describe
 from hf_adapters.core.wording import noun_for, plural
 from hf_adapters.curation.ranking import check_scores, selection_indices
+from hf_adapters.curation.score_bounds import RANK_PRODUCT, parse_bound
 from hf_adapters.files.data_io import LOADERS, read_records, read_rows, row_ids, written_id
 from hf_adapters.files.json_values import json_safe, to_json_value
 from hf_adapters.files.output_paths import check_output_path
@@ -24,28 +25,87 @@ def fraction(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a fraction such as 0.05 or 5%, got {text!r}") from None
 
 
-def joined_scores(ids: list, lines: list[dict], column: str = "score") -> list[float]:
+def bound(text: str) -> Any:
+    """A --where bound: ``perplexity<50``."""
+    try:
+        return parse_bound(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def joined_scores(ids: list, lines: list[dict], column: str = "score", option: str = "--score-column") -> list[float]:
     """The score of each row, from the ``column`` of a score file written for those rows in order; the
-    ids must agree, and each score must be one number or null."""
+    ids must agree, and each score must be one number or null. A missing column's error names the
+    ``option`` that asked for it."""
     if len(lines) != len(ids):
         raise ValueError(f"The score file has {len(lines)} lines for {len(ids)} rows: it was written for other data.")
     for number, (value, line) in enumerate(zip(ids, lines, strict=True)):
         if column not in line:
             others = [key for key in line if key != "id"]
             raise ValueError(f"Line {number + 1} of the score file has no `{column}`: {line!r:.80}"
-                             + (f"; --score-column takes one of {others}" if others and number == 0 else ""))
+                             + (f"; {option} takes one of {others}" if others and number == 0 else ""))
         if line.get("id") != written_id(value):
             raise ValueError(f"Row {number}: the data's id {written_id(value)!r} differs from the score file's "
                              f"{line.get('id')!r}; the score file was written for other data or another order.")
     return check_scores([line[column] for line in lines], f"the score file's `{column}`")
 
 
-def write_selected(dataset, indices: list[int], column: str, scores: list[float], path: str) -> None:
-    """Write the selected rows as JSONL, each as it was read (every digit of its numbers) plus its score."""
+def write_selected(dataset, indices: list[int], column: str, scores: list[float], path: str,
+                   score_lines: list[dict] | None = None, score_columns: list[str] = ()) -> None:
+    """Write the selected rows as JSONL, each as it was read (every digit of its numbers), with its row
+    number as ``id`` if the data has no ``id`` (the id its score file holds), its ranked score under
+    ``column``, and its ``score_columns`` from ``score_lines`` as the score file holds them."""
+    numbered = "id" not in dataset.column_names
     with open(path, "w", encoding="utf-8") as handle:
         for index, row in zip(indices, dataset.select(indices), strict=True):
+            if numbered:
+                row = {"id": index, **row}
+            row.update({name: score_lines[index].get(name) for name in score_columns})
             row[column] = scores[index]
             handle.write(json.dumps(json_safe(row), ensure_ascii=False, default=to_json_value) + "\n")
+
+
+def written_score_columns(lines: list[dict], ranked: str, data_columns: list[str]) -> list[str]:
+    """The score file's columns that ``select`` writes beside the ranked score: all but ``id`` and the
+    ``ranked`` one (written under ``--column``), less those the data has (its value is kept; a note
+    says so)."""
+    names = [name for name in dict.fromkeys(name for line in lines[:1] for name in line) if name not in ("id", ranked)]
+    if shadowed := [name for name in names if name in data_columns]:
+        print(f"note: not written from the score file: {', '.join(map(repr, shadowed))} (the data has a column "
+              "of that name, whose value is kept)", file=sys.stderr)
+    return [name for name in names if name not in data_columns]
+
+
+def ranked_scores(args: argparse.Namespace, ids: list, lines: list[dict]) -> tuple[list[float], dict[str, list[bool]]]:
+    """The score each row is ranked by (--score-column's, or the rank product of --rank-product's columns)
+    and the rows the --where bounds remove, by rule."""
+    from hf_adapters.curation.score_bounds import bound_exclusions, parse_ranked_column, rank_product
+
+    bounded = {bound.column: joined_scores(ids, lines, bound.column, "--where") for bound in args.where}
+    exclusions = bound_exclusions(bounded, args.where)
+    if not args.rank_product:
+        return joined_scores(ids, lines, args.score_column), exclusions
+    ranked = [parse_ranked_column(text) for text in args.rank_product]
+    columns = [joined_scores(ids, lines, name, "--rank-product") for name, _ in ranked]
+    candidates = [not any(removes) for removes in zip(*exclusions.values(), strict=True)] if exclusions else None
+    return rank_product(columns, [highest for _, highest in ranked], candidates), exclusions
+
+
+def check_ranking_options(args: argparse.Namespace) -> None:
+    """Refuse --rank-product with the options of a one-column ranking, and a single column to multiply."""
+    if not args.rank_product:
+        args.score_column = args.score_column or "score"
+        return
+    if len(args.rank_product) < 2:
+        raise ValueError("--rank-product multiplies the ranks of two or more columns; rank by one with --score-column.")
+    given = [option for option, value in (("--score-column", args.score_column), ("--lowest", args.lowest),
+                                          ("--max-score", args.max_score), ("--min-score", args.min_score))
+             if value not in (None, False)]
+    if args.convention != "exact":
+        given.append("--convention")
+    if given:
+        raise ValueError(f"--rank-product ranks by the rank product (the lower, the better): it takes no "
+                         f"{', '.join(given)}; bound any column with --where, e.g. --where 'ifd<1'.")
 
 
 def diverse_rows(args: argparse.Namespace, dataset: Any, scores: list[float],
@@ -69,13 +129,19 @@ def run(args: argparse.Namespace) -> int:
     hide_library_progress()  # reading the rows is quick: its bars would only come before the answer
     try:
         check_output_path(args.output, {"data": args.data, "scores": args.scores})
+        check_ranking_options(args)
         dataset = read_rows(args.data)
-        args.column = args.column or args.score_column
+        args.column = args.column or (RANK_PRODUCT if args.rank_product else args.score_column)
         if args.column in dataset.column_names:
             raise ValueError(f"--column {args.column!r} is a column of the data; give the score another name.")
-        scores = joined_scores(row_ids(dataset), read_records(args.scores), args.score_column)
+        lines = read_records(args.scores)
+        scores, exclusions = ranked_scores(args, row_ids(dataset), lines)
         options = {"top": args.top, "top_n": args.top_n, "max_score": args.max_score, "min_score": args.min_score,
-                   "highest": not args.lowest, "order": args.order, "convention": args.convention}
+                   "highest": not (args.lowest or args.rank_product), "order": args.order,
+                   "convention": args.convention, "exclusions": exclusions}
+        ranked = None if args.rank_product else args.score_column
+        score_columns = [name for name in written_score_columns(lines, ranked, dataset.column_names)
+                         if name != args.column]
         if args.diversity:
             indices, removed = diverse_rows(args, dataset, scores, options)
         else:
@@ -86,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
     except OSError as error:
         print(f"error: cannot read {error.filename}: {error.strerror}", file=sys.stderr)
         return 2
-    write_selected(dataset, indices, args.column, scores, args.output)
+    write_selected(dataset, indices, args.column, scores, args.output, lines, score_columns)
     for rule, count in removed.items():
         print(f"{count:>9} {noun_for(count, 'row')} removed: {rule}")
     print(f"{len(indices):>9} of {plural(len(scores), 'row')} selected, written to {args.output}")
@@ -97,8 +163,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "select", help="Keep the rows whose scores (from `hf-adapters score`) rank best, with cut-offs.",
         description="Join a score file written by `hf-adapters score` to its data by position (the ids must "
-        "agree), drop rows without a score and outside --min-score/--max-score, keep the --top fraction of all "
-        "rows (rounded down) or the --top-n best, and write them as JSONL with their score.",
+        "agree), drop rows outside the --where bounds of any score column, without a score or outside "
+        "--min-score/--max-score, keep the --top fraction of all rows (rounded down) or the --top-n best (by "
+        "--score-column, or by the rank product of several columns), and write them as JSONL with every score "
+        "column of the score file (and, for data without an `id`, the row number as `id`).",
     )
     parser.add_argument("--data", required=True, help=f"the scored rows: {', '.join(sorted(LOADERS))} or a "
                         "save_to_disk directory")
@@ -115,10 +183,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="write the rows in input order (default) or best first (default for superfiltering)")
     parser.add_argument("--convention", choices=list(SELECTION_CONVENTIONS), default="exact",
                         help=f"{describe(SELECTION_CONVENTIONS)} (default: exact)".replace("%", "%%"))
-    parser.add_argument("--score-column", default="score",
+    parser.add_argument("--score-column",
                         help="the score file's column to rank by, e.g. ifd in a score set's file (default: score)")
+    parser.add_argument("--where", type=bound, action="append", default=[], metavar="COLUMN<VALUE",
+                        help="keep only rows whose score in a column of the score file passes this bound "
+                        "(<, <=, > or >=; quote it for the shell), e.g. 'perplexity<50'; repeat for more")
+    parser.add_argument("--rank-product", nargs="+", metavar="COLUMN[:lowest]",
+                        help="rank by two or more columns at once: by the geometric mean of each row's ranks in "
+                        "them (1: the best score of a column, the highest, or with :lowest the lowest) over the "
+                        "rows ranked, lowest first; written as rank_product, e.g. ifd perplexity:lowest")
     parser.add_argument("--column", default=None,
-                        help="name of the score field in the output (default: --score-column's)")
+                        help="name of the ranked score in the output (default: --score-column's, or rank_product)")
     diversity = parser.add_argument_group("diversity", "keep rows unlike each other, by their embeddings")
     diversity.add_argument("--diversity", choices=["deita", "facility_location", "semantic_dedup"],
                            help="deita: best first, skipping rows too similar to a kept one, until --top-n (or "

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import math
 import numbers
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from hf_adapters.core.conventions import SELECTION_CONVENTIONS
 from hf_adapters.core.options import check_choice
@@ -48,6 +48,14 @@ def check_scores(scores: Sequence, name: str = "the scores") -> list[float]:
     return checked
 
 
+def check_exclusions(exclusions: Mapping[str, Sequence[bool]], rows: int) -> dict[str, Sequence[bool]]:
+    """The ``exclusions`` of :func:`selection_indices`, each checked to say something of every one of the ``rows``."""
+    for rule, removes in exclusions.items():
+        if len(removes) != rows:
+            raise ValueError(f"The rule {rule!r} says which of {len(removes)} rows it removes, for {rows} rows.")
+    return dict(exclusions)
+
+
 def cut_off(convention: str, max_score: float | None) -> tuple[float | None, bool]:
     """The ``max_score`` in force (the convention's when none is given) and whether it keeps only the
     scores strictly below it."""
@@ -65,13 +73,16 @@ def selection_indices(
     highest: bool = True,
     order: str | None = None,
     convention: str = "exact",
+    exclusions: Mapping[str, Sequence[bool]] | None = None,
 ) -> tuple[list[int], dict[str, int]]:
     """The indices of the kept rows, and how many rows each rule removed.
 
-    In order: rows with no score (None or NaN) go, then rows above ``max_score`` or below
-    ``min_score``, then all but the ``top`` fraction of the *input* row count (rounded down) or the
-    ``top_n`` best; best is highest with ``highest``, ties broken by input order. The indices come
-    in input order (default), or best first with ``order="score"``.
+    In order: rows that one of the ``exclusions`` removes go (each rule's name to whether it removes
+    each row, as :func:`~hf_adapters.curation.score_bounds.bound_exclusions` gives them for other
+    score columns; a row is counted under the first), then rows with no score (None or NaN), then
+    rows above ``max_score`` or below ``min_score``, then all but the ``top`` fraction of the *input*
+    row count (rounded down) or the ``top_n`` best; best is highest with ``highest``, ties broken by
+    input order. The indices come in input order (default), or best first with ``order="score"``.
 
     A peer's ``convention`` follows its selection script (``conventions.SELECTION_CONVENTIONS``;
     ``max_score`` then defaults to 1): ``"cherry"`` (Cherry_LLM's ``data_by_IFD.py``) takes the
@@ -84,10 +95,13 @@ def selection_indices(
     rules = SELECTION_CONVENTIONS[convention]
     max_score, strictly_below = cut_off(convention, max_score)
     above = "at or above max_score" if strictly_below else "above max_score"
-    removed = {"no score": 0, above: 0, "below min_score": 0, "outside the top": 0}
+    exclusions = check_exclusions(exclusions or {}, len(scores))
+    removed = {**dict.fromkeys(exclusions, 0), "no score": 0, above: 0, "below min_score": 0, "outside the top": 0}
     kept = []
     for index, score in enumerate(scores):
-        if math.isnan(score):
+        if rule := next((rule for rule, removes in exclusions.items() if removes[index]), None):
+            removed[rule] += 1
+        elif math.isnan(score):
             removed["no score"] += 1
         elif max_score is not None and (score >= max_score if strictly_below else score > max_score):
             removed[above] += 1

@@ -255,3 +255,116 @@ def test_select_command_refuses_a_scores_directory(tmp_path, capsys):
 
 def test_select_command_refuses_a_boolean_score(tmp_path, capsys):
     refused_with_a_message([*select_files(tmp_path, ["true", 0.7]), "--top-n", "1"], capsys)
+
+
+# --- Selection on more than one score (issue 59) -----------------------------------------------------------------
+
+#: A score set's file for six rows: IFD, the answer's perplexity and an entropy.
+SET_SCORES = {"ifd": [0.9, 1.2, 0.8, 0.5, None, 0.95], "perplexity": [40.0, 10.0, 70.0, 20.0, 5.0, 30.0],
+              "answer_entropy": [1.5, 0.5, 2.5, 1.0, 0.2, 1.25]}
+
+
+def set_files(tmp_path: Path, ids: bool = True) -> list[str]:
+    """``select`` arguments for six data rows (with ids ``r0``... or without) and their score set's file."""
+    rows = [{"instruction": f"q{i}", "output": f"a{i}"} for i in range(6)]
+    if ids:
+        rows = [{"id": f"r{i}", **row} for i, row in enumerate(rows)]
+    lines = [{"id": f"r{i}" if ids else i, **{name: values[i] for name, values in SET_SCORES.items()}}
+             for i in range(6)]
+    data, scores = write_jsonl(tmp_path / "rows.jsonl", rows), write_jsonl(tmp_path / "scores.jsonl", lines)
+    return ["select", "--data", str(data), "--scores", str(scores), "--output", str(tmp_path / "selected.jsonl")]
+
+
+def test_select_keeps_only_the_rows_within_every_where_bound_and_counts_what_each_removed(tmp_path, capsys):
+    argv = set_files(tmp_path)
+    assert main([*argv, "--score-column", "ifd", "--where", "ifd<1", "--where", "perplexity < 50"]) == 0
+    assert [row["id"] for row in read_jsonl(tmp_path / "selected.jsonl")] == ["r0", "r3", "r5"]
+    printed = capsys.readouterr().out
+    assert "        1 row removed: no score in ifd\n" in printed
+    assert "        1 row removed: ifd at or above 1\n" in printed
+    assert "        1 row removed: perplexity at or above 50\n" in printed
+    assert "        0 rows removed: no score\n" in printed and "3 of 6 rows selected" in printed
+
+
+def test_where_bounds_apply_before_the_top_and_through_a_diversity_rule(tmp_path):
+    argv = set_files(tmp_path)
+    assert main([*argv, "--score-column", "ifd", "--top-n", "2", "--where", "perplexity<=30"]) == 0
+    assert [row["id"] for row in read_jsonl(tmp_path / "selected.jsonl")] == ["r1", "r5"]
+    vectors = np.eye(6)
+    vectors[5] = vectors[1]  # r5 repeats r1: DEITA walks on, past r0 (perplexity 40), to r3
+    np.save(embeddings := tmp_path / "vectors.npy", vectors)
+    assert main([*argv, "--score-column", "ifd", "--top-n", "2", "--where", "perplexity<=30", "--diversity", "deita",
+                 "--embeddings", str(embeddings)]) == 0
+    assert [row["id"] for row in read_jsonl(tmp_path / "selected.jsonl")] == ["r1", "r3"]
+
+
+def test_the_selected_file_keeps_every_score_column_of_the_score_file(tmp_path):
+    assert main([*set_files(tmp_path), "--score-column", "ifd", "--top-n", "1"]) == 0
+    assert read_jsonl(tmp_path / "selected.jsonl") == [
+        {"id": "r1", "instruction": "q1", "output": "a1", "perplexity": 10.0, "answer_entropy": 0.5, "ifd": 1.2}]
+    assert main([*set_files(tmp_path), "--score-column", "ifd", "--column", "chosen_by", "--top-n", "1"]) == 0
+    [row] = read_jsonl(tmp_path / "selected.jsonl")
+    assert row["chosen_by"] == 1.2 and "ifd" not in row and row["perplexity"] == 10.0
+
+
+def test_the_selected_rows_of_data_without_ids_carry_their_row_number_as_id(tmp_path):
+    assert main([*set_files(tmp_path, ids=False), "--score-column", "ifd", "--where", "ifd<1", "--top-n", "2"]) == 0
+    selected = read_jsonl(tmp_path / "selected.jsonl")
+    assert [row["id"] for row in selected] == [0, 5] and selected[0]["instruction"] == "q0"
+
+
+def test_a_score_column_the_data_also_has_keeps_the_datas_value_and_says_so(tmp_path, capsys):
+    argv = set_files(tmp_path)
+    data = Path(argv[argv.index("--data") + 1])
+    write_jsonl(data, [{**row, "perplexity": "the data's"} for row in read_jsonl(data)])
+    assert main([*argv, "--score-column", "ifd", "--top-n", "1"]) == 0
+    assert read_jsonl(tmp_path / "selected.jsonl")[0]["perplexity"] == "the data's"
+    assert "note: not written from the score file: 'perplexity'" in capsys.readouterr().err
+
+
+def test_the_rank_product_is_the_geometric_mean_of_the_ranks_over_the_rows_ranked():
+    from hf_adapters.curation.score_bounds import rank_product
+
+    ifd, perplexity = [0.9, 0.5, 0.7, math.nan], [10.0, 2.0, 3.0, 1.0]
+    product = rank_product([ifd, perplexity], highest=[True, False])
+    # ranks in IFD (highest first) 1, 3, 2 and in perplexity (lowest first) 3, 1, 2, of the 3 rows ranked
+    assert product[:3] == pytest.approx([math.sqrt(3) / 3, math.sqrt(3) / 3, 2 / 3], rel=1e-15)
+    assert product[0] == product[1] and math.isnan(product[3])
+    assert rank_product([[1.0, 2.0, 2.0]], highest=[True]) == [1.0, 0.5, 0.5]  # the tied best share rank 1.5
+    assert math.isnan(rank_product([ifd, perplexity], [True, False], candidates=[True, False, True, True])[1])
+
+
+def test_select_by_rank_product_keeps_the_rows_best_in_every_column_together(tmp_path, capsys):
+    argv = set_files(tmp_path)
+    assert main([*argv, "--rank-product", "ifd", "perplexity:lowest", "--where", "ifd<1", "--top-n", "2",
+                 "--order", "score"]) == 0
+    selected = read_jsonl(tmp_path / "selected.jsonl")
+    # among the rows with ifd below 1 (r0, r2, r3, r5): ifd ranks 2, 3, 4, 1 and perplexity ranks 3, 4, 1, 2
+    assert [row["id"] for row in selected] == ["r5", "r3"]
+    assert selected[0]["rank_product"] == pytest.approx(math.sqrt(1 * 2) / 4)
+    assert selected[1]["rank_product"] == pytest.approx(math.sqrt(4 * 1) / 4)
+    assert {"ifd", "perplexity", "answer_entropy"} <= selected[0].keys()
+    assert "1 row removed: ifd at or above 1" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--rank-product", "ifd"], "two or more columns"),
+    (["--rank-product", "ifd", "perplexity", "--score-column", "ifd"], "takes no --score-column"),
+    (["--rank-product", "ifd", "perplexity", "--max-score", "1"], "takes no --max-score"),
+    (["--rank-product", "ifd", "perplexity", "--convention", "cherry"], "takes no --convention"),
+    (["--rank-product", "ifd", "nope"], "--rank-product takes one of ['ifd', 'perplexity', 'answer_entropy']"),
+    (["--where", "nope<1"], "--where takes one of ['ifd', 'perplexity', 'answer_entropy']"),
+])
+def test_select_on_several_columns_refuses_what_it_cannot_do_in_one_line(tmp_path, capsys, extra, message):
+    assert message in refused_with_a_message([*set_files(tmp_path), *extra], capsys)
+
+
+@pytest.mark.parametrize(("text", "message"), [("ifd", "A bound is COLUMN<VALUE"), ("ifd<", "A bound is"),
+                                               ("ifd=1", "A bound is"), ("ifd<one", "'one', which is not a number"),
+                                               ("ifd<nan", "compares with NaN")])
+def test_a_where_bound_that_is_not_a_comparison_with_a_number_is_refused(tmp_path, capsys, text, message):
+    with pytest.raises(SystemExit) as stopped:
+        main([*set_files(tmp_path), "--where", text])
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --where" in err and message in err and "Traceback" not in err
