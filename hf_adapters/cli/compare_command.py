@@ -1,5 +1,6 @@
 """``hf-adapters compare A B [--column score] [--top-k 10,100,1000] [--lowest] [--moved N] [--plot FILE.png]
-[--log] [--json]``: how two score files of the same rows agree."""
+[--log] [--json]``: how two score files of the same rows agree; ``compare A --columns ifd perplexity``: how two
+columns of one file agree."""
 
 from __future__ import annotations
 
@@ -53,22 +54,36 @@ def print_moves(comparison: Comparison) -> None:
 
 def nothing_compared(a: ScoreColumn, b: ScoreColumn, comparison: Comparison) -> str:
     """Why two files of the same rows cannot be compared: no row has a finite score in both."""
-    return (f"no row has a finite score in both files, so there is nothing to compare: of the {comparison.rows} rows, "
-            f"{comparison.left_out_a} have none in {a.source} and {comparison.left_out_b} none in {b.source} "
-            f"(column {a.column!r}); see each file's scores with `hf-adapters summary`.")
+    both = "files" if a.source != b.source else "columns"
+    return (f"no row has a finite score in both {both}, so there is nothing to compare: of the {comparison.rows} "
+            f"rows, {comparison.left_out_a} have none in A ({a.source}, column {a.column!r}) and "
+            f"{comparison.left_out_b} none in B ({b.source}, column {b.column!r}); see their scores with "
+            "`hf-adapters summary`.")
 
 
 def as_json(a: ScoreColumn, b: ScoreColumn, comparison: Comparison) -> str:
     """The comparison as one JSON object (NaN as null)."""
-    result = {"a": a.source, "b": b.source, "column": a.column, **dataclasses.asdict(comparison)}
+    result = {"a": a.source, "b": b.source, "column": a.column, "column_b": b.column, **dataclasses.asdict(comparison)}
     return json.dumps(json_safe(result), default=to_json_value)
+
+
+def compared_columns(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """The file and column of A and of B: ``--column`` of both files, or ``--columns`` (of A alone, or of A and B)."""
+    if args.columns is None:
+        if args.b is None:
+            raise ValueError("give two score files (A B), or two columns of A with --columns, e.g. "
+                             f"`hf-adapters compare {args.a} --columns ifd perplexity`.")
+        return [(args.a, args.column or "score"), (args.b, args.column or "score")]
+    if args.column is not None:
+        raise ValueError("give --column (the same column of A and B) or --columns (a column for each), not both.")
+    return [(args.a, args.columns[0]), (args.b or args.a, args.columns[1])]
 
 
 def run(args: argparse.Namespace) -> int:
     from hf_adapters.curation.score_stats import compare_scores, read_score_column
 
     try:
-        a, b = (read_score_column(source, args.column) for source in (args.a, args.b))
+        a, b = (read_score_column(source, column) for source, column in compared_columns(args))
         comparison = compare_scores(a, b, top_k=args.top_k, moved=args.moved, highest=not args.lowest)
         if not comparison.compared:
             raise ValueError(nothing_compared(a, b, comparison))
@@ -92,14 +107,19 @@ def run(args: argparse.Namespace) -> int:
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "compare", help="How two score files of the same rows agree: correlations, top-k overlap, rank moves.",
-        description="Compare two scorings of the same rows (same ids in the same order): Spearman and Pearson "
+        description="Compare two scorings of the same rows (two files with the same ids in the same order, or "
+        "two columns of one file, --columns): Spearman and Pearson "
         "correlations over the rows with a finite score in both (the others are counted), the overlap of each "
         "file's top k rows (as `select --top-n k` keeps them), the rows whose rank moved most, and with --plot a "
         "scatter plot. Files with no row scored in both are refused (exit 2): there is nothing to compare.",
     )
     parser.add_argument("a", metavar="A", help=SCORES_HELP)
-    parser.add_argument("b", metavar="B", help="the other score file, of the same rows in the same order")
-    parser.add_argument("--column", default="score", help="the column of scores in both (default: score)")
+    parser.add_argument("b", metavar="B", nargs="?",
+                        help="the other score file, of the same rows in the same order (default with --columns: A)")
+    parser.add_argument("--column", help="the column of scores in both (default: score)")
+    parser.add_argument("--columns", nargs=2, metavar=("COLUMN_A", "COLUMN_B"),
+                        help="compare COLUMN_A of A with COLUMN_B of B, or of A itself when no B is given "
+                        "(e.g. A --columns ifd perplexity)")
     parser.add_argument("--top-k", type=positive_ints, default=[10, 100, 1000], metavar="K,K,...",
                         help="sizes of the top selections to compare (default: 10,100,1000)")
     parser.add_argument("--lowest", action="store_true", help="the lowest scores are the best (perplexity)")

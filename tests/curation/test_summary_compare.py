@@ -373,3 +373,49 @@ def test_summary_without_log_does_not_mention_log(tmp_path, capsys):
     assert "--log" not in output and "log10" not in output
     assert cli.main(["summary", path, "--bins", "2", "--log"]) == 0
     assert "2 bins of equal width in log10:" in capsys.readouterr().out
+
+
+# --- Several columns of one score set's file (issue 59) ----------------------------------------------------------
+
+def set_file(tmp_path: Path) -> str:
+    """A score set's file of five rows: ifd, perplexity, and an entropy that is not finite in one row."""
+    return write_jsonl(tmp_path / "scores.jsonl", [
+        {"id": f"row-{i}", "ifd": ifd, "perplexity": ppl, "answer_entropy": entropy}
+        for i, (ifd, ppl, entropy) in enumerate(zip([0.9, 0.5, 0.7, 0.2, 1.1], [40.0, 10.0, 30.0, 5.0, 50.0],
+                                                    [1.0, None, 2.0, 0.5, 3.0], strict=True))])
+
+
+def test_compare_two_columns_of_one_file(tmp_path, capsys):
+    path = set_file(tmp_path)
+    assert cli.main(["compare", path, "--columns", "ifd", "perplexity", "--top-k", "2", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert (result["a"], result["b"], result["column"], result["column_b"]) == (path, path, "ifd", "perplexity")
+    assert result["spearman"] == pytest.approx(1.0) and result["compared"] == 5
+    assert cli.main(["compare", path, "--columns", "ifd", "perplexity", "--plot", str(tmp_path / "s.png")]) == 0
+    output = capsys.readouterr().out
+    assert f"A  {path}, column 'ifd'\nB  {path}, column 'perplexity'" in output
+    assert_png(tmp_path / "s.png")
+
+
+def test_compare_a_column_of_one_file_with_another_column_of_a_second_file(tmp_path, capsys):
+    first = set_file(tmp_path)
+    second = score_file(tmp_path / "ppl.jsonl", [40.0, 10.0, 30.0, 5.0, 50.0])
+    assert cli.main(["compare", first, second, "--columns", "perplexity", "score", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["pearson"] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    ([], "give two score files (A B), or two columns of A with --columns"),
+    (["--columns", "ifd", "perplexity", "--column", "ifd"], "not both"),
+    (["--columns", "ifd", "nope"], "has no column 'nope'"),
+])
+def test_compare_without_a_second_file_or_column_says_what_to_give(tmp_path, capsys, argv, message):
+    assert cli.main(["compare", set_file(tmp_path), *argv]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("error: ") and message in line
+
+
+def test_compare_of_two_columns_with_no_row_scored_in_both_says_so(tmp_path, capsys):
+    path = write_jsonl(tmp_path / "scores.jsonl", [{"id": "a", "x": 1.0, "y": None}, {"id": "b", "x": None, "y": 2.0}])
+    assert cli.main(["compare", path, "--columns", "x", "y"]) == 2
+    assert "no row has a finite score in both columns" in capsys.readouterr().err
