@@ -18,7 +18,7 @@ VLLM_STAMP := $(VLLM_VENV)/.installed
 # `make test VLLM_TESTS=0` leaves the vLLM backend's tests (and its 3.4 GB environment) out.
 VLLM_TESTS ?= 1
 
-.PHONY: install vllm vllm-quietly demo test cpu-tests bench bench-peers bench-diversity-peers clean
+.PHONY: install vllm vllm-quietly demo test test-estimate cpu-tests bench bench-peers bench-diversity-peers clean
 
 install: $(STAMP)
 
@@ -57,7 +57,7 @@ VLLM_TEST_FILES := tests/backends/test_vllm_backend.py
 # clone it took 7 minutes beside them, slowed them by 2.6 and saved 2 in all), quietly, into
 # .venv-vllm/install.log, which is shown if the build fails.
 test: export HF_HUB_OFFLINE := $(or $(HF_HUB_OFFLINE),1)
-test: install
+test: test-estimate install
 	$(PY) -m ruff check .
 ifneq ($(VLLM_TESTS),0)
 	$(MAKE) --no-print-directory -j2 cpu-tests vllm-quietly
@@ -65,6 +65,15 @@ ifneq ($(VLLM_TESTS),0)
 else
 	$(MAKE) --no-print-directory cpu-tests
 endif
+
+# One line before `make test` starts: how long it takes on a quiet 2-core CPU (docs/development.md has the runs),
+# and what it builds first.
+TEST_MINUTES := $(if $(filter 0,$(VLLM_TESTS)),12,$(if $(wildcard $(VLLM_STAMP)),15,18))
+TEST_BUILDS := $(if $(wildcard $(STAMP)),,; .venv is installed first (about 4 minutes more))$(if $(filter \
+	0,$(VLLM_TESTS)),,$(if $(wildcard $(VLLM_STAMP)),,; vLLM's CPU build (3.4 GB) is installed into $(VLLM_VENV) \
+	beside the tests, VLLM_TESTS=0 leaves it and its tests out))
+test-estimate:
+	@echo "make test: about $(TEST_MINUTES) minutes on a quiet 2-core CPU$(TEST_BUILDS)"
 
 cpu-tests:
 	$(PY) -m pytest -q -m "not kernels"

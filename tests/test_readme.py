@@ -5,6 +5,7 @@ import importlib.util
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -71,6 +72,21 @@ def test_readme_opens_with_the_two_commands():
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     first_block = re.search(r"```bash\n(.*?)```", text, re.S).group(1)
     assert [line.split("#")[0].strip() for line in first_block.splitlines()] == ["make demo", "make test"]
+
+
+def test_the_readme_says_beside_make_test_what_it_builds_and_how_long_it_takes():
+    opening = (ROOT / "README.md").read_text(encoding="utf-8").split("\n## ")[0]
+    assert all(words in opening for words in ("`make test VLLM_TESTS=0`", "3.4 GB", "minutes")), opening
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_make_test_prints_its_expected_time_before_it_starts():
+    dry_run = subprocess.run(["make", "-n", "--no-print-directory", "test", "VENV=/nonexistent", "VLLM_TESTS=0"],
+                             cwd=ROOT, capture_output=True, text=True)
+    assert dry_run.stdout.splitlines()[0].startswith('echo "make test: about '), dry_run.stdout
+    estimate = subprocess.run(["make", "-s", "test-estimate", "VENV=/nonexistent", "VLLM_VENV=/nonexistent"],
+                              cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert re.fullmatch(r"make test: about \d+ minutes on .*\.venv is installed first.*VLLM_TESTS=0.*\n", estimate)
 
 
 def test_every_relative_link_points_at_a_file_that_exists():
