@@ -34,7 +34,7 @@ from hf_adapters.backends import LikelihoodBackend
 from hf_adapters.core.conventions import peer_text_pairs
 from hf_adapters.core.likelihood import ContinuationScore
 from hf_adapters.core.options import OptionSpec, check_choice, check_max_length
-from hf_adapters.formulas.ifd import CHAT_TEMPLATE, IFDOptions, ifd_items, labels_or_numbers
+from hf_adapters.formulas.ifd import CHAT_TEMPLATE, IFDOptions, ifd_items, labels_or_numbers, warn_template_markers
 
 logger = logging.getLogger(__name__)
 
@@ -150,10 +150,12 @@ def answer_pairs(backend: LikelihoodBackend, instructions: Sequence[str], inputs
                  outputs: Sequence[str], options: PeerScoreOptions, labels: Sequence[str] | None,
                  score: str) -> list[Pair | None]:
     """Per row, IFD's conditional (prompt ids, answer ids) pair (``convention="exact"``), or None where
-    there is nothing to score (a warning names the row and the NaN ``score``)."""
+    there is nothing to score (a warning names the row and the NaN ``score``). A prompt on ChatML markers
+    the tokenizer lacks warns once, as IFD's does."""
     prompt = options.prompt
     if prompt.prompt_template == CHAT_TEMPLATE and not backend.tokenizer.chat_template:
         raise ValueError("template='chat' needs a tokenizer with a chat template; this one has none.")
+    warn_template_markers(backend.tokenizer, prompt)
     max_length = backend.window(options.max_length)
     pairs, truncated = ifd_items(backend.tokenizer, instructions, outputs, inputs, template=prompt.prompt_template,
                                  template_no_input=prompt.prompt_template_no_input, max_length=max_length,

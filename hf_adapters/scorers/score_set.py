@@ -2,7 +2,9 @@
 
 Each member builds its items exactly as it does alone (its convention, template, start token and
 truncation), so each member's columns equal that scorer run alone, within the float32 bound (the
-passes are batched differently). What the members share is the work: for every batch of rows, the
+passes are batched differently); a ``convention: exact`` member that gives no ``template`` nor
+``template_no_input`` reads the answer after IFD's prompt, as its name says: it takes the set's IFD's
+(:class:`IFDPrompt`). What the members share is the work: for every batch of rows, the
 distinct token sequences of all members go through the model once
 (:mod:`hf_adapters.backends.shared_passes`). IFD, ``PPLScorer`` and the ``convention: exact`` UPD, HES,
 NormLoss and answer entropy read three distinct sequences per row, where they cost seven passes one
@@ -24,12 +26,14 @@ Example config (``hf-adapters score set.yaml --data rows.jsonl --output scores.j
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from hf_adapters.backends import LikelihoodBackend
 from hf_adapters.backends.shared_passes import SharedPasses
+from hf_adapters.formulas.entropy_scores import PeerScoreOptions
 from hf_adapters.scorers.base import (
     ConfigError,
     ModelRowScorer,
@@ -38,9 +42,38 @@ from hf_adapters.scorers.base import (
     register_scorer,
     scorer_class,
 )
+from hf_adapters.scorers.ifd_scorer import IFDScorer
 
 #: The keys a set gives every member that runs a model: given once, beside ``scores``.
 SHARED_KEYS = ("model", "batch_size", "dtype", "backend")
+#: The keys of IFD's prompt, after which the members of ``convention: exact`` read the answer.
+PROMPT_KEYS = ("template", "template_no_input")
+
+
+@dataclass(frozen=True)
+class IFDPrompt:
+    """The prompt of a set's IFD member (its templates, resolved), which the members that read the answer
+    after IFD's prompt take when they give none of their own."""
+
+    template: str
+    template_no_input: str
+
+    def taken_by(self, member: RowScorer, config: Mapping[str, Any]) -> dict[str, str]:
+        """The prompt keys ``member`` (built from ``config``) takes from IFD: none where it reads no answer
+        after IFD's prompt (not ``convention: exact``) or gives ``template`` or ``template_no_input`` itself;
+        else each whose value differs from the member's default (so that a set on the default prompt keeps
+        its members' configs)."""
+        spec = getattr(member, "spec", None)
+        if not isinstance(spec, PeerScoreOptions) or spec.convention != "exact" or set(PROMPT_KEYS) & set(config):
+            return {}
+        own = {"template": spec.prompt.prompt_template, "template_no_input": spec.prompt.prompt_template_no_input}
+        return {key: getattr(self, key) for key in PROMPT_KEYS if getattr(self, key) != own[key]}
+
+
+def ifds_prompt(members: Sequence[RowScorer]) -> IFDPrompt | None:
+    """The prompt of the set's IFD member (of instruction rows); None where it has none."""
+    ifd = next((member for member in members if isinstance(member, IFDScorer)), None)
+    return None if ifd is None else IFDPrompt(ifd.spec.prompt_template, ifd.spec.prompt_template_no_input)
 
 
 @register_scorer
@@ -76,8 +109,13 @@ class ScoreSet(RowScorer):
         if not isinstance(scores, (list, tuple)) or not scores:
             raise ConfigError("A score set's `scores` must be a list of scorer configs (each with its `name`), "
                               f"got {scores!r}.")
-        self.members = [self._member(entry, position, shared, tokenizer, device, progress)
-                        for position, entry in enumerate(scores)]
+        configs = [self._member_entry(entry, position) for position, entry in enumerate(scores)]
+        members = [self._member(config, shared, tokenizer, device, progress) for config in configs]
+        if prompt := ifds_prompt(members):
+            members = [self._member({**config, **taken}, shared, tokenizer, device, progress)
+                       if (taken := prompt.taken_by(member, config)) else member
+                       for config, member in zip(configs, members, strict=True)]
+        self.members = members
         self.outputs = tuple(output for member in self.members for output in member.outputs)
         owners: dict[str, str] = {}
         for member in self.members:
@@ -101,8 +139,9 @@ class ScoreSet(RowScorer):
         self.work = {"items": 0, "forward_passes": 0}
 
     @staticmethod
-    def _member(entry: Mapping[str, Any] | str, position: int, shared: Mapping[str, Any], tokenizer: Any,
-                device: Any, progress: bool | None) -> RowScorer:
+    def _member_entry(entry: Mapping[str, Any] | str, position: int) -> Mapping[str, Any]:
+        """The config of the member at ``position`` (a bare name: a config with nothing else), checked to be a
+        scorer's config that leaves the shared keys to the set."""
         config = {"name": entry} if isinstance(entry, str) else entry
         if not isinstance(config, Mapping) or not isinstance(config.get("name"), str):
             raise ConfigError(f"Member {position} of the score set must be a scorer config with a `name`, "
@@ -112,6 +151,11 @@ class ScoreSet(RowScorer):
         if given := [key for key in SHARED_KEYS if key in config]:
             raise ConfigError(f"{config['name']} (member {position} of the score set) gives {given}: the members share "
                               "these; give them once, beside `scores`.")
+        return config
+
+    @staticmethod
+    def _member(config: Mapping[str, Any], shared: Mapping[str, Any], tokenizer: Any, device: Any,
+                progress: bool | None) -> RowScorer:
         if not scorer_class(config).runs_model:
             return build_scorer(config)
         return build_scorer({**config, **shared}, tokenizer=tokenizer, device=device, progress=progress)

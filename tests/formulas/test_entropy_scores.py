@@ -150,6 +150,17 @@ def test_the_exact_convention_scores_the_answer_after_ifds_prompt_as_its_naive_f
                  lambda m: [naive_answer_scores(m, tokenizer, row) for row in ROWS], model)
 
 
+@pytest.mark.parametrize("scorer", [UPDScorer, HESScorer, NormLossScorer, AnswerEntropyScorer])
+def test_the_exact_convention_on_chatml_markers_the_tokenizer_lacks_warns_as_ifd_does(
+        model, tokenizer, caplog, monkeypatch, scorer):
+    from hf_adapters.core import conversations
+
+    monkeypatch.setattr(conversations, "_warned_markers", set())
+    with caplog.at_level(logging.WARNING):
+        scorer(model=model, tokenizer=tokenizer, convention="exact").score_rows(ROWS[:2])
+    assert any("The IFD prompt (`template`) uses ChatML's markers" in message for message in caplog.messages)
+
+
 @pytest.mark.parametrize(("scorer", "label"), [("UPDScorer", "UPD"), ("HESScorer", "HES")])
 def test_upd_and_hes_warn_naming_a_row_with_an_empty_answer(model, tokenizer, caplog, scorer, label):
     """UPD and HES gave NaN for an empty answer without the warning naming the row that the other

@@ -8,6 +8,7 @@ import logging
 import math
 
 import pytest
+import yaml
 from datasets import Dataset
 
 from hf_adapters import cli
@@ -17,7 +18,16 @@ from hf_adapters.columns.dataset_columns import add_score_columns
 from hf_adapters.core.likelihood import ContinuationScore, prepare_items
 from hf_adapters.engines.local import JobConflictError, run_scoring_job
 from hf_adapters.scorers import ConfigError, ScoreSet, build_scorer, load_config
-from tests.conftest import EXACT_FLOOR, build_model, build_tokenizer, read_jsonl, saved_model, write_config, write_jsonl
+from tests.conftest import (
+    EXACT_FLOOR,
+    ROOT,
+    build_model,
+    build_tokenizer,
+    read_jsonl,
+    saved_model,
+    write_config,
+    write_jsonl,
+)
 
 ROWS = [
     {"id": "a", "instruction": "Name a colour.", "input": "", "output": "Blue is one.",
@@ -110,6 +120,53 @@ def test_ifd_and_the_exact_answer_scores_run_on_ifds_two_passes_and_ppl_adds_one
     with_ppl = ScoreSet([*members, {"name": "PPLScorer"}], model=model_dir)
     with_ppl.score_batch(batch_of(scored))
     assert with_ppl.work["forward_passes"] == 3 * len(scored)
+
+
+ALPACA = {"template": "### Instruction:\n{instruction}\n\n### Input:\n{input}\n\n### Response:\n",
+          "template_no_input": "### Instruction:\n{instruction}\n\n### Response:\n"}
+
+
+def test_the_exact_members_read_the_answer_after_ifds_prompt_when_they_give_none(model_dir):
+    scored = batch_of([row for row in ROWS if row["output"]])
+    members = [{"name": "IFDScorer", **ALPACA}, {"name": "UPDScorer", "convention": "exact"},
+               {"name": "HESScorer", "convention": "exact"}, {"name": "AnswerEntropyScorer"}]
+    score_set = ScoreSet(members, model=model_dir)
+    together = score_set.score_batch(scored)
+    for member in members[1:]:
+        alone = build_scorer({**member, **ALPACA, "model": model_dir}).score_batch(scored)
+        assert all(same(together[output], values) for output, values in alone.items()), member
+    assert score_set.work["forward_passes"] == 2 * len(scored["id"])
+
+
+def test_a_member_that_gives_its_own_template_keeps_it_and_a_set_on_the_default_prompt_keeps_its_configs(model_dir):
+    own = {"name": "UPDScorer", "convention": "exact", "template": "Q: {instruction} {input}\nA: "}
+    score_set = ScoreSet([{"name": "IFDScorer", **ALPACA}, own], model=model_dir)
+    assert score_set.members[1].spec.template == own["template"]
+    assert score_set.members[1].spec.template_no_input is None
+    on_default = ScoreSet(["IFDScorer", {"name": "HESScorer", "convention": "exact"}], model=model_dir)
+    assert on_default.config["scores"][1] == ScoreSet([{"name": "HESScorer", "convention": "exact"}],
+                                                      model=model_dir).config["scores"][0]
+
+
+def the_pages_chat_set() -> dict:
+    """The set config for a chat model that docs/score_sets.md prints."""
+    page = (ROOT / "docs" / "score_sets.md").read_text(encoding="utf-8")
+    return yaml.safe_load(page.partition("### A chat model")[2].partition("```yaml\n")[2].partition("```")[0])
+
+
+def test_the_pages_chat_model_set_reads_every_answer_after_the_chat_prompt_in_ifds_passes(tmp_path, model):
+    tokenizer = build_tokenizer()
+    tokenizer.chat_template = ("{% for m in messages %}<bos>{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+                               "{% if add_generation_prompt %}assistant: {% endif %}")
+    chat_model = saved_model(tmp_path, model, tokenizer)
+    config = {**the_pages_chat_set(), "model": chat_model}
+    score_set = build_scorer(config)
+    scored = batch_of([row for row in ROWS if row["output"]])
+    together = score_set.score_batch(scored)
+    upd_alone = build_scorer({"name": "UPDScorer", "convention": "exact", "template": "chat", "model": chat_model})
+    assert same(together["upd"], upd_alone.score_batch(scored)["upd"])
+    assert all(member.spec.prompt.prompt_template == "chat" for member in score_set.members[2:])
+    assert score_set.work["forward_passes"] == 2 * len(scored["id"])
 
 
 def test_peer_conventions_cost_their_own_passes(model_dir):
