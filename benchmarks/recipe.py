@@ -3,7 +3,7 @@
 Each step is the command the page prints, run as its own process (model loading included, as a
 user pays it) on the first ``--limit`` Alpaca records, and its time is given per 1,000 rows::
 
-    python -m benchmarks.recipe --data ../shared/data/alpaca_cherry_5pct.json --limit 200 \\
+    .venv/bin/python -m benchmarks.recipe --data ../shared/data/alpaca_cherry_5pct.json --limit 200 \\
         --output benchmarks/RECIPE.md
 """
 

@@ -79,6 +79,14 @@ def test_the_readme_says_beside_make_test_what_it_builds_and_how_long_it_takes()
     assert all(words in opening for words in ("`make test VLLM_TESTS=0`", "3.4 GB", "minutes")), opening
 
 
+def test_the_pages_run_the_benchmarks_with_the_python_of_the_environment():
+    """``python -m benchmarks.NAME`` needs the packages of ``.venv`` (or ``.venv-vllm``); a plain python lacks them."""
+    bare = [f"{page_name(page)}: {match.group(0)}" for page in PAGES
+            for match in re.finditer(r"([\w./-]*)python -m benchmarks\.\w+", page.read_text(encoding="utf-8"))
+            if match.group(1) not in (".venv/bin/", ".venv-vllm/bin/")]
+    assert not bare, "\n".join(bare)
+
+
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
 def test_make_test_prints_its_expected_time_before_it_starts():
     dry_run = subprocess.run(["make", "-n", "--no-print-directory", "test", "VENV=/nonexistent", "VLLM_TESTS=0"],
