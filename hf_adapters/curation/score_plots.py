@@ -1,5 +1,5 @@
-"""The plots of ``hf-adapters summary`` and ``compare``: a histogram of one score column, a scatter
-plot of two, as matplotlib figures drawn without pyplot (Agg) and saved as image files."""
+"""The plots of ``hf-adapters summary`` and ``compare``: a histogram of one score column (or one for each
+of several), a scatter plot of two, as matplotlib figures drawn without pyplot (Agg) and saved as image files."""
 
 from __future__ import annotations
 
@@ -36,7 +36,29 @@ def scaled_label(label: str, scale: float, log: bool) -> str:
 def histogram_figure(scores: ScoreColumn, summary: Summary, bins: Histogram, log: bool = False) -> Figure:
     """The histogram ``bins`` of ``scores`` with their mean and median marked; whole numbers of rows on the y axis."""
     figure = Figure(figsize=(7, 4), layout="constrained")
-    axes = figure.subplots()
+    _draw_histogram(figure.subplots(), scores, summary, bins, log)
+    return figure
+
+
+#: Histograms side by side in a figure of several columns' histograms.
+HISTOGRAMS_PER_ROW = 3
+
+
+def histograms_figure(summaries: list[tuple[ScoreColumn, Summary, Histogram]], log: bool = False) -> Figure:
+    """One histogram per column, as :func:`histogram_figure` draws it, :data:`HISTOGRAMS_PER_ROW` to a row."""
+    across = min(len(summaries), HISTOGRAMS_PER_ROW)
+    down = math.ceil(len(summaries) / across)
+    figure = Figure(figsize=(5.5 * across, 4 * down), layout="constrained")
+    grid = np.atleast_1d(figure.subplots(down, across)).ravel()
+    for axes, summary in zip(grid, summaries, strict=False):
+        _draw_histogram(axes, *summary, log)
+    for axes in grid[len(summaries):]:
+        axes.set_axis_off()
+    return figure
+
+
+def _draw_histogram(axes, scores: ScoreColumn, summary: Summary, bins: Histogram, log: bool) -> None:
+    """Draw the histogram of :func:`histogram_figure` on ``axes``."""
     scale = plot_scale(np.asarray(bins.edges), log)
     if bins.counts:
         edges = np.asarray(bins.edges) / scale
@@ -55,7 +77,6 @@ def histogram_figure(scores: ScoreColumn, summary: Summary, bins: Histogram, log
     axes.set(xlabel=scaled_label(scores.column, scale, log), ylabel="rows",
              title=f"{scores.column} in {scores.source}\n{summary.valid} finite scores of {summary.count} rows"
              + (f" ({left_out} without a finite score not shown)" if left_out else ""))
-    return figure
 
 
 def scatter_figure(a: ScoreColumn, b: ScoreColumn, comparison: Comparison, log: bool = False) -> Figure:

@@ -119,17 +119,40 @@ def read_score_column(source: str | Path, column: str = "score") -> ScoreColumn:
     file, or of a folder or glob of such shards in name order (a ``hf-adapters score --output-format
     parquet`` folder). A cell must hold a number or null (in CSV: a number's text or nothing); a
     ValueError names the file without the column, or the row with something else."""
+    return read_score_columns(source, [column])[0][0]
+
+
+def read_score_columns(source: str | Path, columns: Sequence[str] | None = None) -> tuple[list[ScoreColumn], list[str]]:
+    """The ``columns`` of ``source`` as :func:`read_score_column` reads one, and the names of those left
+    out: none when ``columns`` are named; without names, every column but ``id`` (of the first file),
+    less those that do not hold one number (or null) per row, such as the kept text of
+    ``--keep-columns``, which are left out."""
     shards = data_files(source)
     if shards is None:
         raise FileNotFoundError(f"No file, folder or glob {str(source)!r}.")
     loader, files = shards
-    ids, values = [], []
+    columns_named = columns is not None
+    ids, values = [], {column: [] for column in columns or ()}
     for file in files:
-        file_ids, file_values = _READERS[loader](file, column)
+        file_ids, file_values = _READERS[loader](file, columns)
+        columns = list(file_values) or columns  # every file of a folder must have the first one's columns
         ids += file_ids
-        values += file_values
-    scores = check_scores(values, f"the column {column!r}")
-    return ScoreColumn(str(source), column, ids, np.array(scores, dtype=float))
+        for name, column_values in file_values.items():
+            values.setdefault(name, []).extend(column_values)
+    read, left_out = [], []
+    for name, column_values in values.items():
+        try:
+            scores = check_scores(column_values, f"the column {name!r}")
+        except ValueError:
+            if len(values) == 1 or columns_named:
+                raise
+            left_out.append(name)
+            continue
+        read.append(ScoreColumn(str(source), name, ids, np.array(scores, dtype=float)))
+    if not read:
+        raise ValueError(f"{source} has no column of scores (one number or null per row) beside `id`"
+                         + (f"; its columns: {', '.join(left_out)}" if left_out else "") + ".")
+    return read, left_out
 
 
 def _no_column(file: Path, column: str, columns: Sequence[str]) -> ValueError:
@@ -137,25 +160,36 @@ def _no_column(file: Path, column: str, columns: Sequence[str]) -> ValueError:
                       "name the scores' column with --column.")
 
 
-def _parquet_column(file: Path, column: str) -> tuple[list, list]:
+def _all_but_id(names: Sequence[str], columns: Sequence[str] | None) -> list[str]:
+    """The ``columns`` named, or every one of ``names`` but ``id``."""
+    return list(columns) if columns is not None else [name for name in names if name != "id"]
+
+
+def _parquet_column(file: Path, columns: Sequence[str] | None) -> tuple[list, dict[str, list]]:
     import pyarrow.parquet as pq
 
     names = pq.read_schema(file).names
-    if column not in names:
-        raise _no_column(file, column, names)
-    table = pq.read_table(file, columns=[name for name in ("id", column) if name in names])
+    columns = _all_but_id(names, columns)
+    for column in columns:
+        if column not in names:
+            raise _no_column(file, column, names)
+    table = pq.read_table(file, columns=[name for name in ("id", *columns) if name in names])
     ids = table.column("id").to_pylist() if "id" in names else [None] * table.num_rows
-    return ids, table.column(column).to_pylist()
+    return ids, {column: table.column(column).to_pylist() for column in columns}
 
 
-def _json_column(file: Path, column: str) -> tuple[list, list]:
-    ids, values = [], []
+def _json_column(file: Path, columns: Sequence[str] | None) -> tuple[list, dict[str, list]]:
+    ids, values = [], {column: [] for column in columns or ()}
     for number, record in enumerate(_json_records(file)):
-        if column not in record:
-            raise _no_column(file, column, record) if number == 0 else ValueError(
-                f"Record {number} of {file} has no {column!r}.")
+        if number == 0:
+            columns = _all_but_id(list(record), columns)
+            values = {column: [] for column in columns}
+        for column in columns:
+            if column not in record:
+                raise _no_column(file, column, record) if number == 0 else ValueError(
+                    f"Record {number} of {file} has no {column!r}.")
+            values[column].append(record[column])
         ids.append(record.get("id"))
-        values.append(record[column])
     return ids, values
 
 
@@ -168,11 +202,14 @@ def _json_records(file: Path) -> Iterator[dict]:
         yield from jsonl_objects(handle, str(file))
 
 
-def _csv_column(file: Path, column: str) -> tuple[list, list]:
+def _csv_column(file: Path, columns: Sequence[str] | None) -> tuple[list, dict[str, list]]:
     records = read_records(file)
-    if not records or column not in records[0]:
-        raise _no_column(file, column, records[0] if records else [])
-    return [record.get("id") for record in records], [_csv_number(record[column]) for record in records]
+    columns = _all_but_id(list(records[0]) if records else [], columns)
+    for column in columns:
+        if not records or column not in records[0]:
+            raise _no_column(file, column, records[0] if records else [])
+    return ([record.get("id") for record in records],
+            {column: [_csv_number(record[column]) for record in records] for column in columns})
 
 
 def _csv_number(text: str) -> Any:
@@ -185,7 +222,7 @@ def _csv_number(text: str) -> Any:
         return text
 
 
-#: Each loader's reader of one file's ids and scores.
+#: Each loader's reader of one file's ids and the scores of some columns (None: all but ``id``).
 _READERS = {"parquet": _parquet_column, "json": _json_column, "csv": _csv_column}
 
 

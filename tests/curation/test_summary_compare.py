@@ -419,3 +419,36 @@ def test_compare_of_two_columns_with_no_row_scored_in_both_says_so(tmp_path, cap
     path = write_jsonl(tmp_path / "scores.jsonl", [{"id": "a", "x": 1.0, "y": None}, {"id": "b", "x": None, "y": 2.0}])
     assert cli.main(["compare", path, "--columns", "x", "y"]) == 2
     assert "no row has a finite score in both columns" in capsys.readouterr().err
+
+
+def test_summary_without_a_column_gives_every_column_side_by_side(tmp_path, capsys):
+    path = write_jsonl(tmp_path / "scores.jsonl", [
+        {"id": i, "ifd": ifd, "perplexity": ppl, "instruction": f"kept text {i}", "token_losses": [0.5, 1.0]}
+        for i, (ifd, ppl) in enumerate([(0.5, 10.0), (0.7, None), (0.9, 30.0)])])
+    assert cli.main(["summary", path]) == 0
+    output = capsys.readouterr().out
+    assert output.startswith(f"{path}: 2 columns of 3 rows\n")
+    assert re.search(r"^\s+ifd\s+perplexity$", output, re.M)
+    assert re.search(r"^valid\s+3\s+2$", output, re.M) and re.search(r"^NaN/null\s+0\s+1$", output, re.M)
+    assert re.search(r"^mean\s+0\.7\s+20$", output, re.M) and re.search(r"^max\s+0\.9\s+30$", output, re.M)
+    assert "Left out (not one number or null per row): instruction, token_losses" in output
+    assert cli.main(["summary", path, "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert [column["column"] for column in result["columns"]] == ["ifd", "perplexity"]
+    assert result["columns"][1]["mean"] == 20.0 and result["left_out"] == ["instruction", "token_losses"]
+    assert cli.main(["summary", path, "--plot", str(tmp_path / "all.png"), "--log"]) == 0
+    assert_png(tmp_path / "all.png")
+
+
+def test_summary_of_a_file_with_one_column_of_scores_is_that_columns_as_before(tmp_path, capsys):
+    path = score_file(tmp_path / "scores.jsonl", [1.0, 2.0, None])
+    assert cli.main(["summary", path, "--bins", "2"]) == 0
+    alone = capsys.readouterr().out
+    assert cli.main(["summary", path, "--bins", "2", "--column", "score"]) == 0
+    assert capsys.readouterr().out == alone and alone.startswith(f"{path}, column 'score'\n")
+
+
+def test_summary_of_every_column_on_a_log_scale_names_the_column_that_cannot_be_shown(tmp_path, capsys):
+    path = write_jsonl(tmp_path / "scores.jsonl", [{"id": 0, "a": 1.0, "b": -1.0}, {"id": 1, "a": 2.0, "b": 1.0}])
+    assert cli.main(["summary", path, "--log"]) == 2
+    assert capsys.readouterr().err.startswith("error: column 'b': A log scale needs positive scores")
