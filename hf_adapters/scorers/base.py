@@ -81,15 +81,21 @@ class RowScorer:
 
     def __init__(self, **config: Any):
         column_keys = {f"{role}_column": role for role in self.roles}
-        further = sorted({*self.extra_options, *column_keys})
+        keys, further = self.config_keys()
         if unknown := sorted(set(config) - set(self.options) - set(further)):
-            raise ConfigError(f"Unknown key(s) {unknown} for {self.name}; valid keys: {['name', *sorted(self.options)]}"
+            raise ConfigError(f"Unknown key(s) {unknown} for {self.name}; valid keys: {keys}"
                               + (f", and the optional {further}" if further else ""))
         self.columns: dict[str, str | None] = dict(self.roles)
         for key, role in column_keys.items():
             if key in config:
                 self.columns[role] = self._column_name(key, config.pop(key), role)
         self.config = {**self.options, **config}
+
+    @classmethod
+    def config_keys(cls) -> tuple[list[str], list[str]]:
+        """The keys a config may give: ``name`` and the options, and the optional ones (``extra_options``
+        and each role's ``{role}_column``), each sorted."""
+        return ["name", *sorted(cls.options)], sorted({*cls.extra_options, *(f"{role}_column" for role in cls.roles)})
 
     def _column_name(self, key: str, column: Any, role: str) -> str | None:
         if column is None and role in self.optional_roles:

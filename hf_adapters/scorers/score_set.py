@@ -70,6 +70,21 @@ class IFDPrompt:
         return {key: getattr(self, key) for key in PROMPT_KEYS if getattr(self, key) != own[key]}
 
 
+def unknown_member_keys(name: str, position: int, unknown: Sequence[str], keys: Sequence[str],
+                        further: Sequence[str]) -> str:
+    """The message for keys a set's member (``name`` at ``position``) may not give: the keys it may give
+    (its scorer's ``keys`` and optional ``further``, less those the set gives every member), and where the
+    set's own keys go."""
+    own = [key for key in keys if key not in SHARED_KEYS]
+    optional = [key for key in further if key not in SHARED_KEYS]
+    columns = (" `score_columns` is the job's: give it once, beside `scores`, naming any member's outputs."
+               if "score_columns" in unknown else "")
+    return (f"Unknown key(s) {list(unknown)} for {name} (member {position} of the score set); a member may give "
+            f"{own}" + (f", and the optional {optional}" if optional else "")
+            + f"; {', '.join(f'`{key}`' for key in SHARED_KEYS[:-1])} and `{SHARED_KEYS[-1]}` are the set's, "
+            f"given once beside `scores`.{columns}")
+
+
 def ifds_prompt(members: Sequence[RowScorer]) -> IFDPrompt | None:
     """The prompt of the set's IFD member (of instruction rows); None where it has none."""
     ifd = next((member for member in members if isinstance(member, IFDScorer)), None)
@@ -110,7 +125,8 @@ class ScoreSet(RowScorer):
             raise ConfigError("A score set's `scores` must be a list of scorer configs (each with its `name`), "
                               f"got {scores!r}.")
         configs = [self._member_entry(entry, position) for position, entry in enumerate(scores)]
-        members = [self._member(config, shared, tokenizer, device, progress) for config in configs]
+        members = [self._built(config, position, shared, tokenizer, device, progress)
+                   for position, config in enumerate(configs)]
         if prompt := ifds_prompt(members):
             members = [self._member({**config, **taken}, shared, tokenizer, device, progress)
                        if (taken := prompt.taken_by(member, config)) else member
@@ -159,6 +175,19 @@ class ScoreSet(RowScorer):
         if not scorer_class(config).runs_model:
             return build_scorer(config)
         return build_scorer({**config, **shared}, tokenizer=tokenizer, device=device, progress=progress)
+
+    @staticmethod
+    def _built(config: Mapping[str, Any], position: int, shared: Mapping[str, Any], tokenizer: Any, device: Any,
+               progress: bool | None) -> RowScorer:
+        """The member ``config`` configures (:meth:`_member`); a key its scorer refuses is named with the keys
+        a member may give, and the set's own keys said to belong beside ``scores``."""
+        try:
+            return ScoreSet._member(config, shared, tokenizer, device, progress)
+        except ConfigError:
+            keys, further = scorer_class(config).config_keys()
+            if unknown := sorted(set(config) - {*keys, *further}):
+                raise ConfigError(unknown_member_keys(config["name"], position, unknown, keys, further)) from None
+            raise
 
     @staticmethod
     def _member_config(member: RowScorer) -> dict[str, Any]:

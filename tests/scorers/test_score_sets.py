@@ -208,6 +208,16 @@ def test_a_bad_set_config_is_refused_saying_what_to_change(config, message):
     assert message in str(error.value)
 
 
+def test_a_members_unknown_key_lists_only_what_a_member_may_give_and_says_where_score_columns_goes():
+    with pytest.raises(ConfigError) as error:
+        build_scorer({"scores": ["IFDScorer", {"name": "UPDScorer", "score_columns": "all"}]})
+    message = str(error.value)
+    assert message.startswith("Unknown key(s) ['score_columns'] for UPDScorer (member 1 of the score set); a member "
+                              "may give ['name', 'max_length'], and the optional ['convention', ")
+    assert "'model'" not in message and "'batch_size'" not in message and "'backend'" not in message
+    assert "`score_columns` is the job's: give it once, beside `scores`" in message
+
+
 def test_a_config_file_with_scores_and_no_name_is_a_set(tmp_path):
     path = write_config(tmp_path / "set.yaml", "batch_size: 4\nscores:\n  - name: IFDScorer\n  - PPLScorer\n")
     scorer = build_scorer(load_config(path))
