@@ -52,17 +52,20 @@ def joined_scores(ids: list, lines: list[dict], column: str = "score", option: s
 
 def write_selected(dataset, indices: list[int], column: str, scores: list[float], path: str,
                    score_lines: list[dict] | None = None, score_columns: list[str] = ()) -> None:
-    """Write the selected rows as JSONL, each as it was read (every digit of its numbers), with its row
-    number as ``id`` if the data has no ``id`` (the id its score file holds), its ranked score under
+    """Write the selected rows as JSONL, each as it was read (every digit of its numbers; a NaN or
+    infinity as JSON's ``NaN``/``Infinity`` tokens, as ``score --keep-columns`` writes them), with its
+    row number as ``id`` if the data has no ``id`` (the id its score file holds), its ranked score under
     ``column``, and its ``score_columns`` from ``score_lines`` as the score file holds them."""
     numbered = "id" not in dataset.column_names
     with open(path, "w", encoding="utf-8") as handle:
         for index, row in zip(indices, dataset.select(indices), strict=True):
             if numbered:
                 row = {"id": index, **row}
-            row.update({name: score_lines[index].get(name) for name in score_columns})
-            row[column] = scores[index]
-            handle.write(json.dumps(json_safe(row), ensure_ascii=False, default=to_json_value) + "\n")
+            elif row["id"] is not None:
+                row["id"] = written_id(row["id"])  # a whole float id as the integer it was
+            row.update({name: json_safe(score_lines[index].get(name)) for name in score_columns})
+            row[column] = json_safe(scores[index])
+            handle.write(json.dumps(row, ensure_ascii=False, default=to_json_value) + "\n")
 
 
 def written_score_columns(lines: list[dict], ranked: str, data_columns: list[str]) -> list[str]:
@@ -121,7 +124,8 @@ def diverse_rows(args: argparse.Namespace, dataset: Any, scores: list[float],
     if note:
         print(f"note: {note}", file=sys.stderr)
     return diverse_selection(scores, embeddings, args.diversity, budget=args.budget,
-                             similarity_threshold=args.similarity_threshold, similarity=args.similarity,
+                             similarity_threshold=args.similarity_threshold,
+                             similarity_quantile=args.similarity_quantile, similarity=args.similarity,
                              neighbors=args.neighbors, clusters=args.clusters, **options)
 
 
@@ -204,7 +208,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                            "given, row i for row i)")
     diversity.add_argument("--budget", type=int, help="rows the diversity rule keeps")
     diversity.add_argument("--similarity-threshold", type=float,
-                           help="deita, semantic_dedup: the largest cosine similarity to a better row (default: 0.9)")
+                           help="deita, semantic_dedup: the largest cosine similarity to a better row (default: 0.9, "
+                           "DEITA's, for its embedder; see --similarity-quantile)")
+    diversity.add_argument("--similarity-quantile", type=float, metavar="Q",
+                           help="deita, semantic_dedup: instead of a threshold, the Q quantile of the cosine "
+                           "similarities between the data's rows (e.g. 0.99: a row goes only if it is more similar "
+                           "to a better row than 99%% of the pairs of rows are), for any embedder")
     diversity.add_argument("--similarity", choices=["cosine", "euclidean"],
                            help="facility_location: cosine, or submodlib's Euclidean kernel (default: cosine; "
                            "euclidean under --convention superfiltering)")

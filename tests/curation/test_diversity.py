@@ -4,6 +4,7 @@ float64 cosines, facility location as plain greedy over a full float64 similarit
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -414,3 +415,70 @@ def test_select_command_refuses_a_non_finite_embedding_naming_the_row(tmp_path, 
         "error: Row 5 has a non-finite embedding (it holds NaN): embed that row again, or leave it out of the data."]
     assert "Traceback" not in error
     assert not (tmp_path / "kept.jsonl").exists()
+
+
+# --- A similarity threshold from the data (issue 59) ----------------------------------------------------------------
+
+def all_pair_cosines(vectors: np.ndarray) -> np.ndarray:
+    units = vectors.astype(np.float64) / np.linalg.norm(vectors.astype(np.float64), axis=1)[:, None]
+    return np.sort((units @ units.T)[np.triu_indices(len(units), k=1)])
+
+
+def test_a_quantile_threshold_is_that_share_of_the_pairs_cosines():
+    from hf_adapters.curation.diversity.thresholds import quantile_threshold
+
+    vectors = clustered(60, seed=4)
+    cosines = all_pair_cosines(vectors)
+    for quantile in (0.5, 0.9, 0.99, 1.0):
+        chosen = quantile_threshold(vectors, quantile)
+        assert chosen.pairs == 60 * 59 // 2 and chosen.threshold in cosines
+        assert np.mean(cosines <= chosen.threshold) >= quantile > np.mean(cosines < chosen.threshold)
+
+
+def test_a_quantile_threshold_of_many_rows_is_read_from_a_seeded_sample_and_skips_unusable_rows():
+    from hf_adapters.curation.diversity.thresholds import quantile_threshold
+
+    vectors = clustered(300, seed=5)
+    vectors[7] = 0.0
+    vectors[8, 1] = math.nan
+    sampled = quantile_threshold(vectors, 0.9, sample_rows=100)
+    assert sampled == quantile_threshold(vectors, 0.9, sample_rows=100)
+    assert sampled.pairs <= 100 * 99 // 2
+    assert abs(sampled.threshold - np.quantile(all_pair_cosines(np.delete(vectors, [7, 8], axis=0)), 0.9)) < 0.05
+
+
+def test_deita_with_a_similarity_quantile_keeps_what_that_threshold_keeps_and_says_it(caplog):
+    from hf_adapters.curation.diversity.thresholds import quantile_threshold
+
+    scores, vectors = scored_rows(seed=7)
+    threshold = quantile_threshold(vectors, 0.95).threshold
+    with caplog.at_level("INFO", logger="hf_adapters"):
+        kept = diverse_selection(scores, vectors, "deita", top_n=20, similarity_quantile=0.95)
+    assert kept == diverse_selection(scores, vectors, "deita", top_n=20, similarity_threshold=threshold)
+    assert f"Similarity threshold {threshold:.4g}: the 0.95 quantile of the cosine similarities of" in caplog.text
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"similarity_quantile": 0.9, "similarity_threshold": 0.9}, "not both"),
+    ({"similarity_quantile": 0.0}, "in (0, 1]"),
+    ({"similarity_quantile": 1.5}, "in (0, 1]"),
+])
+def test_a_similarity_quantile_is_refused_with_a_threshold_or_outside_0_to_1(options, message):
+    scores, vectors = scored_rows(seed=7)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        diverse_selection(scores, vectors, "deita", top_n=5, **options)
+    with pytest.raises(ValueError, match="does not take"):
+        diverse_selection(scores, vectors, "facility_location", budget=3, similarity_quantile=0.9)
+
+
+def test_select_command_takes_a_similarity_quantile_and_says_the_threshold(tmp_path, caplog):
+    scores, vectors = scored_rows(rows=30, seed=8)
+    data = write_jsonl(tmp_path / "rows.jsonl", [{"id": f"r{i}", "text": str(i)} for i in range(30)])
+    score_file = write_jsonl(tmp_path / "scores.jsonl", [{"id": f"r{i}", "score": s} for i, s in enumerate(scores)])
+    np.save(tmp_path / "vectors.npy", vectors)
+    assert cli.main(["select", "--data", str(data), "--scores", str(score_file), "--diversity", "deita", "--top-n",
+                     "10", "--similarity-quantile", "0.9", "--embeddings", str(tmp_path / "vectors.npy"),
+                     "--output", str(tmp_path / "kept.jsonl")]) == 0
+    assert "Similarity threshold 0.8782: the 0.9 quantile of the cosine similarities of 435 pairs" in caplog.text
+    expected, _ = diverse_selection(scores, vectors, "deita", top_n=10, similarity_quantile=0.9)
+    assert [row["id"] for row in read_jsonl(tmp_path / "kept.jsonl")] == [f"r{i}" for i in expected]

@@ -9,6 +9,7 @@ of better ones (SemDeDup) are kept.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,6 +19,7 @@ from hf_adapters.core.conventions import SELECTION_CONVENTIONS
 from hf_adapters.curation.diversity.deita import DEFAULT_THRESHOLD, check_threshold, deita_indices
 from hf_adapters.curation.diversity.facility_location import check_budget, facility_location_order
 from hf_adapters.curation.diversity.semantic_dedup import semantic_dedup_indices
+from hf_adapters.curation.diversity.thresholds import quantile_threshold
 from hf_adapters.curation.ranking import check_scores, selection_indices
 from hf_adapters.formulas.similarity import SIMILARITIES, check_embeddings, check_shape, check_similarity
 
@@ -25,8 +27,10 @@ from hf_adapters.formulas.similarity import SIMILARITIES, check_embeddings, chec
 #: facility location over the pool of best rows. ``semantic_dedup``: SemDeDup's near-duplicate removal.
 DIVERSITY_RULES = ("deita", "facility_location", "semantic_dedup")
 #: The options of the rules, as ``select`` takes them.
-DIVERSITY_OPTIONS = ("budget", "similarity_threshold", "similarity", "neighbors", "clusters", "embedding_column",
-                     "embeddings")
+DIVERSITY_OPTIONS = ("budget", "similarity_threshold", "similarity_quantile", "similarity", "neighbors", "clusters",
+                     "embedding_column", "embeddings")
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["DIVERSITY_OPTIONS", "DIVERSITY_RULES", "SIMILARITIES", "deita_indices", "diverse_selection",
            "facility_location_order", "semantic_dedup_indices"]
@@ -41,7 +45,7 @@ def check_diversity_options(diversity: str, options: dict[str, Any]) -> None:
         raise ValueError(f"Unknown option(s) {unknown} of `select`; with `diversity` it also takes "
                          f"{list(DIVERSITY_OPTIONS)}.")
     foreign = {"deita": ("similarity", "neighbors", "clusters"),
-               "facility_location": ("similarity_threshold", "clusters"),
+               "facility_location": ("similarity_threshold", "similarity_quantile", "clusters"),
                "semantic_dedup": ("budget", "similarity", "neighbors")}[diversity]
     given = [name for name in foreign if options.get(name) is not None]
     if given:
@@ -57,6 +61,7 @@ def diverse_selection(
     top_n: int | None = None,
     budget: int | None = None,
     similarity_threshold: float | None = None,
+    similarity_quantile: float | None = None,
     similarity: str | None = None,
     neighbors: int | None = None,
     clusters: int | None = None,
@@ -81,6 +86,11 @@ def diverse_selection(
       (default 1: one cluster, every pair compared), then a row goes when its cosine similarity to
       a better-ranked row of its cluster is above ``similarity_threshold`` (0.9).
 
+    ``similarity_quantile=q`` (DEITA and SemDeDup, instead of ``similarity_threshold``) takes the
+    threshold from the data: the q quantile of the cosine similarities between pairs of its rows
+    (:func:`~hf_adapters.curation.diversity.thresholds.quantile_threshold`; the log says its value), so
+    0.99 removes a row only if it is more similar to a better one than 99% of the pairs of rows are.
+
     The indices come in input order, or with ``order="score"`` in the order the rule picked them
     (the default under ``"superfiltering"``). ``cut_offs`` are ``max_score``, ``min_score`` and ``highest``.
     A ValueError names the first row the rule compares (DEITA: the first its walk gets to) whose
@@ -92,12 +102,20 @@ def diverse_selection(
         [0, 2]
     """
     check_diversity_options(diversity, {"budget": budget, "similarity_threshold": similarity_threshold,
-                                        "similarity": similarity, "neighbors": neighbors, "clusters": clusters})
+                                        "similarity_quantile": similarity_quantile, "similarity": similarity,
+                                        "neighbors": neighbors, "clusters": clusters})
     check_shape(embeddings)
     if len(embeddings) != len(scores):
         raise ValueError(f"{len(embeddings)} embeddings for {len(scores)} rows: give one embedding per row.")
     if budget is not None:
         check_budget(budget)
+    if similarity_quantile is not None:
+        if similarity_threshold is not None:
+            raise ValueError("Give `similarity_threshold` or `similarity_quantile` (a threshold from the data), "
+                             "not both.")
+        chosen = quantile_threshold(embeddings, similarity_quantile)
+        logger.info("%s.", chosen.describe())
+        similarity_threshold = chosen.threshold
     threshold = DEFAULT_THRESHOLD if similarity_threshold is None else similarity_threshold
     check_threshold(threshold)
     similarity = similarity or ("euclidean" if convention == "superfiltering" else "cosine")
