@@ -171,19 +171,38 @@ def prepare_items(
     return prepared
 
 
-def host_prefixes(items: Sequence[PreparedItem]) -> list[PreparedItem]:
+def host_prefixes(items: Sequence[PreparedItem], *, siblings: bool = False) -> list[PreparedItem]:
     """The items to run, each holding as guests the items before it (in order) whose whole sequence
     begins its own, such as the turns of one conversation: a causal model's output at a position
     depends only on the tokens up to it, so the guests' scores come from the host's pass, with no
-    forward pass of their own."""
+    forward pass of their own.
+
+    With ``siblings`` a guest's last token need not be in the host: it is only predicted, never
+    read, so an item whose sequence but its last token begins the host's is a guest too (the label
+    tokens "1".."6" after one rating prompt: one pass). Only a backend that reads any token's
+    log-probability at a position, not only the token that follows it in the sequence, may ask for this.
+
+    Example:
+        >>> prompt = [5, 6, 7]
+        >>> items = prepare_items([(prompt, [1]), (prompt, [2])], start_id=0)
+        >>> [len(host.units) for host in host_prefixes(items)], [len(host.units) for host in host_prefixes(
+        ...     items, siblings=True)]
+        ([1, 1], [2])
+    """
     hosts: list[PreparedItem] = []
     for item in items:
-        if hosts and len(hosts[-1].input_ids) <= len(item.input_ids) and \
-                item.input_ids[: len(hosts[-1].input_ids)] == hosts[-1].input_ids:
+        if hosts and _scored_within(hosts[-1].input_ids, item.input_ids, siblings):
             previous = hosts.pop()
             item = replace(item, guests=(*previous.guests, replace(previous, guests=())))
         hosts.append(item)
     return hosts
+
+
+def _scored_within(guest: Sequence[int], host: Sequence[int], siblings: bool) -> bool:
+    """Whether a forward pass over ``host`` reads every token that ``guest``'s predictions depend on:
+    all of them, or with ``siblings`` all but the last."""
+    read = len(guest) - 1 if siblings else len(guest)
+    return len(guest) <= len(host) and list(host[:read]) == list(guest[:read])
 
 
 def make_batches(

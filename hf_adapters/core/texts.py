@@ -27,6 +27,21 @@ def check_texts(texts: Sequence, name: str = "predictions") -> None:
                                  f"{error.start}.") from None
 
 
+def instruction_rows(instructions: Sequence[str], inputs: Sequence[str] | None, outputs: Sequence[str] | None
+                     ) -> tuple[Sequence[str], Sequence[str], Sequence[str]]:
+    """Checked instruction rows: each column a list of strings (:func:`check_texts`), all as long; an
+    omitted ``inputs`` or ``outputs`` reads as empty strings."""
+    check_texts(instructions, "instructions")
+    inputs = [""] * len(instructions) if inputs is None else inputs
+    outputs = [""] * len(instructions) if outputs is None else outputs
+    check_texts(inputs, "inputs")
+    check_texts(outputs, "outputs")
+    if not len(inputs) == len(outputs) == len(instructions):
+        raise ValueError(f"`instructions`, `inputs` and `outputs` must have the same length, got {len(instructions)}, "
+                         f"{len(inputs)} and {len(outputs)}.")
+    return instructions, inputs, outputs
+
+
 def text_items(
     tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], add_start_token: bool = True
 ) -> list[tuple[list[int], list[int]]]:

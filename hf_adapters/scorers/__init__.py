@@ -15,6 +15,7 @@ from hf_adapters.scorers.entropy_scorers import AnswerEntropyScorer, HESScorer, 
 from hf_adapters.scorers.excess_loss_scorer import ConversationExcessLossScorer, ExcessLossScorer, TextExcessLossScorer
 from hf_adapters.scorers.ifd_scorer import IFDScorer
 from hf_adapters.scorers.ifeval_scorer import IFEvalScorer
+from hf_adapters.scorers.judgment_scorers import AskLlmScorer, DeitaCScorer, DeitaQScorer, SelectitTokenScorer
 from hf_adapters.scorers.parity_scorer import InformationParityScorer
 from hf_adapters.scorers.perplexity_scorers import PerplexityScorer, PPLScorer
 from hf_adapters.scorers.score_set import ScoreSet
@@ -24,10 +25,13 @@ BUILTIN_SCORERS.update(SCORERS)
 __all__ = [
     "SCORERS",
     "AnswerEntropyScorer",
+    "AskLlmScorer",
     "ConfigError",
     "ConversationIFDScorer",
     "ConversationExcessLossScorer",
     "ConversationPerplexityScorer",
+    "DeitaCScorer",
+    "DeitaQScorer",
     "ExcessLossScorer",
     "HESScorer",
     "IFDScorer",
@@ -39,6 +43,7 @@ __all__ = [
     "PerplexityScorer",
     "RowScorer",
     "ScoreSet",
+    "SelectitTokenScorer",
     "TextExcessLossScorer",
     "UPDScorer",
     "build_scorer",

@@ -8,8 +8,8 @@ at scored positions, so no batch x length x vocabulary tensor of unscored positi
 log-softmax runs in float32 whatever the model's dtype, on chunks of positions (on the CPU, chunks
 whose logits fit in cache). On the CPU, float32 linear layers run on the faster of the default
 BLAS and oneDNN, measured on the model (:mod:`hf_adapters.backends.transformers.cpu_kernels`). An item whose whole
-sequence begins the next item's (the turns of one conversation, a repeated row) is scored within
-that item's forward pass. Scores do not depend on batch size, order or padding beyond float rounding.
+sequence begins the next item's (the turns of one conversation, a repeated row), or all of it but its
+last token (the rating labels after one prompt), is scored within that item's forward pass. Scores do not depend on batch size, order or padding beyond float rounding.
 """
 
 from __future__ import annotations
@@ -332,7 +332,7 @@ class TransformersBackend(LikelihoodBackend):
                 scorable.append(item)
             else:
                 results[item.index] = item.unscored(token_losses, entropies, greedy)
-        scorable = host_prefixes(scorable)
+        scorable = host_prefixes(scorable, siblings=True)
         packing = uses_varlen_attention(model) if self.packing is None else self.packing
         limits = self.batch_limits(batch_size, packing)
         batches = make_batches([len(item.input_ids) for item in scorable], limits.rows, limits.tokens, limits.padding)
