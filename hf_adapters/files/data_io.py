@@ -9,6 +9,7 @@ import glob
 import hashlib
 import io
 import json
+import math
 import os
 import re
 from collections.abc import Iterable, Iterator, Mapping
@@ -35,7 +36,9 @@ def read_rows(source: str | Path, *, split: str | None = None, streaming: bool =
     ``""``); data without one gets none (a job names those rows by their number: :func:`row_id`).
     JSON ids are read exactly: a column of integers one of which is above ``2**63 - 1`` reads as
     unsigned 64-bit integers (not as floats, which would change them), and an integer id that only
-    a float column could hold, inexactly, is refused naming its line.
+    a float column could hold, inexactly, is refused naming its line; so are the other columns'
+    integers (a column of them with one above ``2**63 - 1`` keeps every value as it was), and a NaN or
+    infinite id (it names no row) is refused naming its file and row.
 
     ``source`` is a JSONL, JSON (lines or a list of records), CSV or Parquet file; a folder of such
     shards, or a glob of them (``data/*.parquet``, ``shards/**/*.jsonl``), read in name order, local
@@ -64,15 +67,16 @@ def read_rows(source: str | Path, *, split: str | None = None, streaming: bool =
     elif (shards := data_files(source)) is not None:
         loader, files = shards
         options = _loader_options(loader, files)
-        ids = _exact_ids(files) if loader == "json" and _reads_as_floats(options, "id") else None
+        exact = _exact_columns(loader, files, options)
+        if loader == "parquet":
+            _check_finite_ids(files)
         try:
             dataset = load_dataset(loader, data_files=[str(readable_path(file)) for file in files], split="train",
                                    streaming=streaming, **options)
         except Exception as error:  # datasets wraps parse errors in several types
             where = files[0] if len(files) == 1 else source if is_url(source) else Path(source)
             raise ValueError(f"Cannot read {str(where)!r} as {loader}: {_innermost(error)}") from error
-        if ids is not None:
-            dataset = _with_exact_ids(dataset, ids)
+        dataset = _with_exact_columns(dataset, exact)
     else:
         dataset = _load_hub(source, split, streaming)
     return _with_ids(dataset if streaming else dataset.with_format(None))
@@ -505,59 +509,141 @@ def _reads_as_floats(options: dict[str, Any], column: str) -> bool:
     return getattr(feature, "dtype", None) in ("float16", "float32", "float64")
 
 
-def _exact_ids(files: list[Path]) -> pa.Array | None:
-    """The ids of JSON shards whose ``id`` column reads as floats, exactly, as unsigned 64-bit integers
-    where every id is a whole number from 0 to ``2**64 - 1`` (pyarrow reads a column holding one above
-    ``2**63 - 1`` as floats, which would write ``12345678901234567890`` as ``1.2345678901234567e+19``
-    and ``5`` as ``5.0``); None where the ids are floats that lose nothing (fractions, and integers a
-    float holds exactly). A ValueError names the line of an integer id that a float would change."""
+def _exact_ids(files: list[Path], column: str = "id") -> pa.Array | None:
+    """The ids (the values of ``column``) of JSON shards whose ``id`` column (``column``) reads as
+    floats, exactly, as unsigned 64-bit integers where every id is a whole number from 0 to
+    ``2**64 - 1`` (pyarrow reads a column holding one above ``2**63 - 1`` as floats, which would
+    write ``12345678901234567890`` as ``1.2345678901234567e+19`` and ``5`` as ``5.0``); None where
+    the ids are floats that lose nothing (fractions, and integers a float holds exactly). A
+    ValueError names the line of an integer id that a float would change (or of a NaN id)."""
     import pyarrow as pa
     import pyarrow.json
 
-    ids = pyarrow.json.ParseOptions(explicit_schema=pa.schema([pa.field("id", pa.uint64())]),
+    ids = pyarrow.json.ParseOptions(explicit_schema=pa.schema([pa.field(column, pa.uint64())]),
                                     unexpected_field_behavior="ignore")
     arrays = []
     try:
         for file in files:
             for chunk in _json_chunks(file):
-                arrays.append(pyarrow.json.read_json(io.BytesIO(chunk.data), parse_options=ids).column("id"))
+                arrays.append(pyarrow.json.read_json(io.BytesIO(chunk.data), parse_options=ids).column(column))
     except pa.ArrowInvalid:  # a fraction, a negative id or one beyond 64 bits: floats, if they lose nothing
         for file in files:
             with _naming(file, "json"):
-                _check_float_ids(file)
+                _check_float_ids(file, column)
         return None
     return pa.chunked_array(arrays, pa.uint64()).combine_chunks()
 
 
-def _check_float_ids(file: Path) -> None:
-    """Raise a ValueError naming the first line of a JSON file whose id is an integer that a float
-    cannot hold exactly."""
+#: An integer in JSON text with more digits than a float holds exactly (2**53 has 16): a file without
+#: one reads every number of a column of floats exactly. Text in strings may match too (then the
+#: column is checked for nothing).
+_LONG_INTEGER = re.compile(rb"(?<![\w.+-])-?\d{16,}(?![\w.])")
+
+
+def _exact_columns(loader: str, files: list[Path], options: dict[str, Any]) -> dict[str, pa.Array]:
+    """The columns of JSON shards (the ``id`` among them) that the loader ``options`` read as floats
+    and that hold integers only, exactly, as unsigned 64-bit integers (:func:`_exact_ids`): a column
+    of integers one of which is above ``2**63 - 1`` keeps every digit, and ``1`` is not read as
+    ``1.0``. Columns other than the id are read so only where the files hold an integer of 16 digits
+    or more (else floats hold every value exactly). A ValueError names the line and the column of an
+    integer that a float would change, or of a NaN id."""
+    floats = [name for name in options.get("features", {}) if loader == "json" and _reads_as_floats(options, name)]
+    if any(name != "id" for name in floats) and not _holds_long_integers(files):
+        floats = [name for name in floats if name == "id"]
+    return {column: values for column in floats if (values := _exact_ids(files, column)) is not None}
+
+
+def _holds_long_integers(files: list[Path]) -> bool:
+    """Whether JSON shards hold an integer of 16 digits or more (:data:`_LONG_INTEGER`)."""
+    return any(_LONG_INTEGER.search(chunk.data) for file in files for chunk in _json_chunks(file))
+
+
+def _check_float_ids(file: Path, column: str = "id") -> None:
+    """Raise a ValueError naming the first line of a JSON file whose id (the value of ``column``)
+    is an integer that a float cannot hold exactly, or NaN or an infinity (:func:`not_an_id`)."""
     for chunk in _json_chunks(file):
         for number, line in enumerate(io.BytesIO(chunk.data), chunk.first_line):
-            if not line.strip():
+            if not line.strip() or (column != "id" and not _LONG_INTEGER.search(line)):
                 continue
-            value = json.loads(line).get("id")
+            value = json.loads(line).get(column)
+            if column == "id" and (problem := not_an_id(value)) is not None:
+                raise ValueError(f"{chunk.unit} {number}: {problem}")
             if isinstance(value, int) and not isinstance(value, bool) and float(value) != value:
-                raise ValueError(f"{chunk.unit} {number}: the id {value} would be read as the float {float(value)!r} "
-                                 "(the column also holds fractions, negative ids or ids beyond 64 bits, so it is "
-                                 f'read as floats); write the ids as strings ("{value}") to keep them exactly.')
+                what, kind = (f"the id {value}", "ids") if column == "id" else (f"{value} in column {column!r}",
+                                                                               "numbers")
+                raise ValueError(f"{chunk.unit} {number}: {what} would be read as the float "
+                                 f"{float(value)!r} (the column also holds fractions, negative {kind} or {kind} "
+                                 f"beyond 64 bits, so it is read as floats); write the {kind} as strings "
+                                 f'("{value}") to keep them exactly.')
 
 
-def _with_exact_ids(dataset: Dataset | IterableDataset, ids: pa.Array) -> Dataset | IterableDataset:
-    """``dataset`` (as the loader read it) with its ``id`` column, read as floats, replaced by ``ids``,
-    unsigned 64-bit integers."""
+def not_an_id(value: Any) -> str | None:
+    """What is wrong with ``value`` as a row's id, in words: NaN or an infinity names no row (it
+    equals no other id, and a JSON score file cannot hold it); None for any other value.
+
+    Example:
+        >>> not_an_id(float("nan")), not_an_id(7)
+        ('the id NaN is not a number (NaN and infinities name no row); give the row an id.', None)
+    """
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"the id {json.dumps(value)} is not a number (NaN and infinities name no row); give the row an id."
+    return None
+
+
+def _check_finite_ids(files: list[Path]) -> None:
+    """Raise a ValueError naming the file and row of the first NaN or infinite id of Parquet shards
+    whose ``id`` column holds floats (each shard's id column read alone)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    for file in files:
+        with _naming(file, "parquet"):
+            types = _parquet_types(file)
+            if "id" not in types.names or not pa.types.is_floating(types.field("id").type):
+                continue
+            with open_data_file(file) as handle:
+                _check_id_column(pq.read_table(handle, columns=["id"]).column("id"), "of the file")
+
+
+def _check_dataset_ids(dataset: Dataset) -> None:
+    """Raise a ValueError naming the first row of ``dataset`` whose id is NaN or an infinity."""
+    import pyarrow as pa
+
+    if "id" in dataset.column_names and pa.types.is_floating(dataset.data.schema.field("id").type):
+        _check_id_column(dataset.data.column("id"), "of the data")
+
+
+def _check_id_column(ids: pa.ChunkedArray, where: str) -> None:
+    """Raise a ValueError naming (``Row 3 {where}``) the first NaN or infinity of a column of float ids."""
+    import pyarrow.compute as pc
+
+    bad = pc.index(pc.fill_null(pc.is_finite(ids), True), False).as_py()
+    if bad >= 0:
+        raise ValueError(f"Row {bad} {where}: {not_an_id(ids[bad].as_py())}")
+
+
+def _with_exact_columns(dataset: Dataset | IterableDataset,
+                        exact: Mapping[str, pa.Array]) -> Dataset | IterableDataset:
+    """``dataset`` (as the loader read it) with each column of ``exact``, read as floats, replaced by
+    its values there, unsigned 64-bit integers (:func:`_exact_columns`)."""
     import pyarrow as pa
     from datasets import Dataset, Features, Value
 
-    features = Features({**dataset.features, "id": Value("uint64")})
+    if not exact:
+        return dataset
+    features = Features({**dataset.features, **{column: Value("uint64") for column in exact}})
     if not isinstance(dataset, Dataset):
-        return dataset.map(lambda batch, indices: {"id": ids.slice(indices[0] if indices else 0, len(indices))
-                                                   .to_pylist()}, with_indices=True, batched=True, features=features)
+        return dataset.map(lambda batch, indices: {column: values.slice(indices[0] if indices else 0, len(indices))
+                                                   .to_pylist() for column, values in exact.items()},
+                           with_indices=True, batched=True, features=features)
     digest = hashlib.sha256(dataset._fingerprint.encode())
-    for buffer in ids.buffers():
-        digest.update(b"" if buffer is None else buffer)
-    table = dataset.data.set_column(dataset.column_names.index("id"), pa.field("id", pa.uint64()),
-                                    pa.chunked_array([ids]))
+    table = dataset.data
+    for column, values in exact.items():
+        digest.update(column.encode() + b"\0")
+        for buffer in values.buffers():
+            digest.update(b"" if buffer is None else buffer)
+        table = table.set_column(dataset.column_names.index(column), pa.field(column, pa.uint64()),
+                                 pa.chunked_array([values]))
     info = dataset.info.copy()
     info.features = features
     return Dataset(table, info=info, split=dataset.split, fingerprint=digest.hexdigest()[:32])
@@ -577,20 +663,30 @@ def _with_ids(dataset: Dataset | IterableDataset) -> Dataset | IterableDataset:
     if isinstance(dataset, IterableDataset):
         features = dataset.features
         if features is None:
-            return dataset.map(_filled_ids, batched=True)
+            return dataset.map(_filled_ids, batched=True, with_indices=True)
+        if "id" in features and getattr(features["id"], "dtype", None) in ("float16", "float32", "float64"):
+            return dataset.map(_filled_ids, batched=True, with_indices=True, features=features)
         if "id" not in features or not _holds_text(features["id"]):
             return dataset
-        return dataset.map(_filled_ids, batched=True, features=Features({**features, "id": Value("string")}))
+        return dataset.map(_filled_ids, batched=True, with_indices=True,
+                           features=Features({**features, "id": Value("string")}))
     if "id" not in dataset.column_names:
         return dataset
+    _check_dataset_ids(dataset)
     if _holds_text(dataset.features["id"]) and dataset.data.column("id").null_count:
         return dataset.map(lambda row: {"id": "" if row["id"] is None else row["id"]}, desc="Filling missing ids")
     return dataset
 
 
-def _filled_ids(batch: dict[str, list]) -> dict[str, list]:
-    """A batch's text ids, ``""`` for a null one (nothing for a batch without ids)."""
-    if "id" not in batch or not all(value is None or isinstance(value, str) for value in batch["id"]):
+def _filled_ids(batch: dict[str, list], indices: list[int]) -> dict[str, list]:
+    """A batch's text ids, ``""`` for a null one (nothing for a batch without ids or of other ids); a
+    NaN or infinite id is a ValueError naming its row (of a stream, read as the rows are scored)."""
+    if "id" not in batch:
+        return {}
+    for index, value in zip(indices, batch["id"], strict=True):
+        if (problem := not_an_id(value)) is not None:
+            raise ValueError(f"Row {index} of the data: {problem}")
+    if not all(value is None or isinstance(value, str) for value in batch["id"]):
         return {}
     return {"id": ["" if value is None else value for value in batch["id"]]}
 
@@ -617,11 +713,17 @@ def written_id(value: Any) -> Any:
     any other as :func:`~hf_adapters.files.json_values.to_json_value` gives it. Score files are written,
     and joined to their data, with it.
 
+    A whole number in a column of floats (``2`` among ``1.5``) is written as the integer it is
+    (``2``, not ``2.0``): a float id is a whole number only where it was one, exactly (an integer
+    id a float would change is refused when the data is read).
+
     Example:
-        >>> written_id(None), written_id(7), written_id(b"id-7")
-        ('', 7, 'id-7')
+        >>> written_id(None), written_id(7), written_id(b"id-7"), written_id(2.0), written_id(1.5)
+        ('', 7, 'id-7', 2, 1.5)
     """
-    return "" if value is None else to_json_value(value)
+    if value is None:
+        return ""
+    return int(value) if isinstance(value, float) and value.is_integer() else to_json_value(value)
 
 
 def data_fingerprint(source: str | Path, split: str | None = None) -> str:
@@ -675,8 +777,10 @@ def _hub_revision_of_dataset(name: str) -> str | None:
 
 
 def parse_jsonl(text: str, source: str | None = None) -> list[dict[str, Any]]:
-    """The JSON objects of the non-blank lines of ``text``; errors name the line (and ``source``)."""
-    return list(jsonl_objects(text.splitlines(), source))
+    """The JSON objects of the non-blank lines of ``text``, split on ``\n`` only (JSON Lines' rule:
+    a text's U+2028 or U+0085, which JSON strings may hold raw, is no line's end); errors name the
+    line (and ``source``)."""
+    return list(jsonl_objects(text.split("\n"), source))
 
 
 def jsonl_objects(lines: Iterable[str], source: str | None = None) -> Iterator[dict[str, Any]]:

@@ -102,20 +102,28 @@ def records(scored: Iterable[Mapping[str, Any]], rows: Iterable[Mapping[str, Any
         yield from ({"id": record["id"], **{column: record[column] for column in columns}} for record in scored)
         return
     for record, row in zip(scored, rows, strict=True):
-        yield {**row, **{column: record[column] for column in columns}}
+        yield {**row, **{column: json_safe(record[column]) for column in columns}}
 
 
 def jsonl_line(record: Mapping[str, Any], output: OutputFormat) -> str:
-    """A record's line in a JSONL output: NaN and infinities as null, and, without the rows' columns,
-    a null id as ``""`` (:func:`~hf_adapters.files.data_io.written_id`).
+    """A record's line in a JSONL output. Without the rows' columns: its id as
+    :func:`~hf_adapters.files.data_io.written_id` writes it (a null one as ``""``, a whole float as
+    an integer) and its scores, NaN and infinities as null. With them (:func:`records`' rows, whose
+    scores are null where missing): every value as it was read, a NaN or infinity of the data as
+    the tokens ``NaN``, ``Infinity``, ``-Infinity`` that Python's ``json`` (and pyarrow's reader)
+    reads back, a whole float id as an integer.
 
     Example:
         >>> jsonl_line({"id": None, "score": float("nan")}, OutputFormat())
         '{"id": "", "score": null}\\n'
+        >>> jsonl_line({"id": 2.0, "x": float("nan"), "score": None}, OutputFormat(keep_columns=True))
+        '{"id": 2, "x": NaN, "score": null}\\n'
     """
     if not output.keep_columns:
+        record = json_safe({**record, "id": written_id(record["id"])})
+    elif "id" in record and record["id"] is not None:
         record = {**record, "id": written_id(record["id"])}
-    return json.dumps(json_safe(record), ensure_ascii=False, default=to_json_value) + "\n"
+    return json.dumps(record, ensure_ascii=False, default=to_json_value) + "\n"
 
 
 def write_output(path: Path, output: OutputFormat, items: Iterable[dict], schema: Any = None,

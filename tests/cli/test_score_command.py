@@ -446,6 +446,96 @@ def test_jsonl_keeps_the_rows_columns_both_ways(tmp_path, streaming):
     assert read_jsonl(output) == [{**row, "score": 2.0} for row in rows]
 
 
+@pytest.mark.parametrize("streaming", [[], ["--streaming"]], ids=["in_memory", "streaming"])
+@pytest.mark.parametrize("kind", ["jsonl", "parquet"])
+def test_kept_columns_keep_integers_above_2_63_and_nan_and_infinity_as_they_were_read(tmp_path, streaming, kind):
+    """``--keep-columns`` turned a column of integers holding one above ``2**63`` into floats (``1`` ->
+    ``1.0``) and a kept NaN or infinity into ``null``: every value is written as it was read (NaN and
+    infinities as JSON's ``NaN``/``Infinity`` tokens, which Python's json reads back), while a missing
+    score stays ``null``.
+
+    Issue 59.
+    """
+    data = tmp_path / "rows.jsonl"
+    data.write_text('{"id": "a", "output": "ab", "big": 1, "x": NaN}\n'
+                    '{"id": "b", "output": "", "big": 18446744073709551615, "x": Infinity}\n'
+                    '{"id": "c", "output": "ab", "big": 3, "x": -Infinity}\n', encoding="utf-8")
+    output = tmp_path / "scores"
+    assert score(tmp_path, data, output, "--keep-columns", "--output-format", kind, *streaming) == 0
+    if kind == "jsonl":
+        lines = output.read_text(encoding="utf-8").split("\n")
+        assert lines[:3] == ['{"id": "a", "output": "ab", "big": 1, "x": NaN, "score": 2.0}',
+                             '{"id": "b", "output": "", "big": 18446744073709551615, "x": Infinity, "score": null}',
+                             '{"id": "c", "output": "ab", "big": 3, "x": -Infinity, "score": 2.0}']
+    else:
+        table = read_parquet_folder(output)
+        assert table.column("big").to_pylist() == [1, 2**64 - 1, 3]
+        assert str(table.column("x").to_pylist()) == "[nan, inf, -inf]"
+
+
+@pytest.mark.parametrize("keep", [[], ["--keep-columns"]], ids=["ids", "kept_rows"])
+def test_a_whole_number_id_among_fractional_ones_is_written_as_the_integer_it_was(tmp_path, keep):
+    """Ids ``1.5`` and ``2`` in one column were written as ``1.5`` and ``2.0``.
+
+    Issue 59.
+    """
+    data = write_jsonl(tmp_path / "rows.jsonl", [{"id": value, "output": "ab"} for value in (1.5, 2, -3)])
+    output = tmp_path / "scores.jsonl"
+    assert score(tmp_path, data, output, *keep) == 0
+    assert [line.split(",")[0] for line in output.read_text().splitlines()] == ['{"id": 1.5', '{"id": 2', '{"id": -3']
+
+
+@pytest.mark.parametrize("streaming", [[], ["--streaming"]], ids=["in_memory", "streaming"])
+@pytest.mark.parametrize("kind,place", [("jsonl", "Line 2"), ("parquet", "Row 1 of the file")])
+@pytest.mark.parametrize("bad", ["NaN", "Infinity", "-Infinity"])
+def test_a_nan_or_infinite_id_is_refused_before_scoring_naming_its_file_and_row(tmp_path, capsys, streaming, kind,
+                                                                                  place, bad):
+    """A NaN or infinite id passed the checks, then stopped every run at the same chunk with ``Out of
+    range float values are not JSON compliant``, naming no row.
+
+    Issue 59.
+    """
+    OutputLengthScorer.chunks.clear()
+    text = f'{{"id": 1.5, "output": "ab"}}\n{{"id": {bad}, "output": "ab"}}\n'
+    data = tmp_path / "rows.jsonl"
+    data.write_text(text, encoding="utf-8")
+    if kind == "parquet":
+        data = parquet_rows(tmp_path, pa.Table.from_pylist([json.loads(line) for line in text.splitlines()]))
+    output = tmp_path / "scores.jsonl"
+    assert score(tmp_path, data, output, *streaming) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: Cannot read {str(data)!r} as {'json' if kind == 'jsonl' else kind}: {place}: the id {bad} is not a "
+        "number (NaN and infinities name no row); give the row an id."]
+    assert OutputLengthScorer.chunks == [] and not output.exists()
+
+
+@pytest.mark.parametrize("streaming", [[], ["--streaming"]], ids=["in_memory", "streaming"])
+def test_a_nan_id_of_a_saved_data_set_is_refused_naming_its_row(tmp_path, capsys, streaming):
+    """Issue 59: a ``save_to_disk`` folder's NaN id, named by its row (in memory before scoring)."""
+    from datasets import Dataset
+
+    Dataset.from_dict({"id": [1.0, math.nan], "output": ["ab", "ab"]}).save_to_disk(str(tmp_path / "saved"))
+    assert score(tmp_path, tmp_path / "saved", tmp_path / "scores.jsonl", *streaming) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "error: Row 1 of the data: the id NaN is not a number (NaN and infinities name no row); give the row an id.")
+
+
+@pytest.mark.parametrize("separator", ["\u2028", "\u2029", "\u0085"])
+def test_select_reads_the_score_file_score_wrote_for_ids_holding_line_separators(tmp_path, capsys, separator):
+    """``select`` split the score file with ``str.splitlines()``, which ends a line at U+2028 or
+    U+0085 that ``score`` writes raw inside an id: JSON Lines end only at ``\\n``.
+
+    Issue 59.
+    """
+    rows = [{"id": f"a{separator}{i}", "output": "ab" * i} for i in range(1, 4)]
+    data, scores, selected = write_jsonl(tmp_path / "rows.jsonl", rows), tmp_path / "s.jsonl", tmp_path / "sel.jsonl"
+    assert score(tmp_path, data, scores) == 0
+    assert cli.main(["select", "--data", str(data), "--scores", str(scores), "--top-n", "1",
+                     "--output", str(selected)]) == 0, capsys.readouterr().err
+    assert [json.loads(line) for line in selected.read_text(encoding="utf-8").split("\n") if line] == [
+        {**rows[2], "score": 6.0}]
+
+
 @pytest.mark.parametrize("streaming", [[], ["--streaming"]])
 @pytest.mark.parametrize("kind", ["jsonl", "parquet"])
 def test_a_data_column_named_score_is_refused_both_ways(tmp_path, capsys, streaming, kind):

@@ -123,6 +123,20 @@ def test_select_writes_passed_through_floats_with_every_digit(tmp_path):
     assert row["score"] == score
 
 
+def test_select_writes_the_rows_nan_infinity_and_integers_above_2_63_as_they_were_read(tmp_path):
+    """Issue 59: a selected row's NaN and infinities were written as ``null``, a column of integers
+    holding one above ``2**63`` as floats, and a whole-number id among fractional ones as ``2.0``."""
+    data = tmp_path / "rows.jsonl"
+    data.write_text('{"id": 2, "output": "a", "big": 1, "x": NaN}\n'
+                    '{"id": 1.5, "output": "b", "big": 18446744073709551615, "x": -Infinity}\n', encoding="utf-8")
+    scores = write_jsonl(tmp_path / "scores.jsonl", [{"id": 2, "score": 0.5}, {"id": 1.5, "score": 0.25}])
+    output = tmp_path / "selected.jsonl"
+    assert main(["select", "--data", str(data), "--scores", str(scores), "--top-n", "2", "--output", str(output)]) == 0
+    assert output.read_text(encoding="utf-8").split("\n") == [
+        '{"id": 2, "output": "a", "big": 1, "x": NaN, "score": 0.5}',
+        '{"id": 1.5, "output": "b", "big": 18446744073709551615, "x": -Infinity, "score": 0.25}', ""]
+
+
 def test_select_echoes_csv_ids_as_they_are_written(tmp_path):
     """From the round-three review: data lost or changed in what we write."""
     data = tmp_path / "rows.csv"

@@ -13,7 +13,7 @@ import pytest
 from datasets import Dataset, DatasetDict
 
 from hf_adapters.cli import main
-from hf_adapters.files.data_io import data_fingerprint, read_rows, row_ids
+from hf_adapters.files.data_io import data_fingerprint, parse_jsonl, read_records, read_rows, row_ids
 from tests.conftest import ppl_config, read_jsonl, write_jsonl
 
 ROWS = [
@@ -150,6 +150,32 @@ def test_an_integer_id_that_only_a_float_column_could_hold_is_refused_naming_its
         read_rows(path)
     write(path, [{**ROWS[0], "id": value} for value in (other, 7)], "jsonl")
     assert read_rows(path)["id"] == [other, 7]
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["in_memory", "streaming"])
+def test_a_column_of_integers_holding_one_above_2_63_reads_exactly_and_one_a_float_would_change_is_refused(
+        tmp_path, streaming):
+    """Issue 59: a column other than the id holding an integer above ``2**63 - 1`` read as floats
+    (``1`` -> ``1.0``, ``2**64 - 1`` -> ``1.8446744073709552e+19``): it reads as unsigned 64-bit
+    integers; where the column also holds a fraction or a negative number, an integer a float would
+    change is refused naming its line and column. Fractions and large floats read as before."""
+    path = write(tmp_path / "rows.jsonl", [{**ROWS[0], "big": 1, "x": 0.5}, {**ROWS[1], "big": 2**64 - 1, "x": 1e300}],
+                 "jsonl")
+    rows = list(read_rows(path, streaming=streaming))
+    assert [(row["big"], type(row["big"]), row["x"]) for row in rows] == [(1, int, 0.5), (2**64 - 1, int, 1e300)]
+    write(path, [{**ROWS[0], "big": -1}, {**ROWS[1], "big": 2**63 + 1}], "jsonl")
+    with pytest.raises(ValueError, match=r"rows\.jsonl.*Line 2: 9223372036854775809 in column 'big' would be read as "
+                       r"the float 9\.223372036854776e\+18.*write the numbers as strings"):
+        read_rows(path, streaming=streaming)
+
+
+def test_pasted_jsonl_ends_lines_only_at_newlines(tmp_path):
+    """Issue 59: JSON strings may hold U+2028, U+0085 or a lone carriage return raw, which
+    ``str.splitlines()`` took for line ends (``select`` refused the score file ``score`` wrote)."""
+    rows = [{"id": f"a{separator}b", "n": number} for number, separator in enumerate("\u2028\u2029\u0085\x1c\x0b")]
+    text = "".join(json.dumps(row, ensure_ascii=False) + "\r\n" for row in rows)
+    assert parse_jsonl(text) == rows
+    assert read_records(write_jsonl(tmp_path / "rows.jsonl", rows)) == rows
 
 
 # --- From the round-four review: data reading through ``hf-adapters score``, in memory and streamed ---------
