@@ -75,6 +75,19 @@ def test_shipped_example_configs_build_the_default_model_scorers(file, cls):
     assert scorer.config == {**cls.options, "batch_size": 16}  # the seed's; without it, the backend's choice
 
 
+def test_the_getting_started_set_scores_ifd_perplexity_and_entropy_on_ifds_two_passes(model_dir):
+    """Issue 59: the recipe ran IFD and perplexity as two jobs (1.4x the cost) and gave no entropy."""
+    score_set = build_scorer(load_config(CONFIGS / "ifd_perplexity_entropy.yaml"), model=model_dir)
+    rows = {"instruction": INSTRUCTIONS, "input": INPUTS, "output": OUTPUTS}
+    scores = score_set.score_batch(rows)
+    assert {"ifd", "perplexity", "answer_entropy"} <= scores.keys()
+    assert score_set.work["forward_passes"] == 2 * len(OUTPUTS)
+    assert scores["ifd"] == pytest.approx(compute_ifd(INSTRUCTIONS, OUTPUTS, inputs=INPUTS, model_id=model_dir,
+                                                      template=DEFAULT_TEMPLATE,
+                                                      template_no_input=DEFAULT_TEMPLATE_NO_INPUT)["ifd_scores"],
+                                          rel=1e-5)
+
+
 def test_overrides_replace_config_keys(tmp_path):
     scorer = build_scorer(load_config(write(tmp_path, SEED_IFD_YAML)), batch_size=32, model=None)
     assert scorer.config["batch_size"] == 32 and scorer.config["model"] == "Qwen/Qwen2.5-3B-Instruct"
