@@ -269,3 +269,20 @@ def test_the_gpu_benchmarks_llama_section_runs_on_the_cpu_and_writes_its_tables(
                      "| 4,096-token budget |", "| plain loop |", "### TINY, 4 rows of 16 tokens",
                      "| `model.generate` |", "### Summary", "| TINY, 2 prompts x 2 new tokens |"):
         assert expected in text
+
+
+def test_the_contention_pairs_swap_which_checkout_runs_first_every_round():
+    """A load that rises during the run must not favour the checkout that always runs first."""
+    from benchmarks.contention import pair_orders
+
+    assert pair_orders(4) == [(0, 1), (1, 0), (0, 1), (1, 0)]
+
+
+def test_the_contention_section_against_a_commit_replaces_only_itself_in_the_report():
+    from benchmarks.contention import AGAINST_HEADING, replace_section
+
+    policies = "# Scoring beside busy processes\n\n| policy table |\n"
+    first = replace_section(policies, f"{AGAINST_HEADING}\n\nold numbers")
+    assert first == f"{policies}\n{AGAINST_HEADING}\n\nold numbers\n"
+    second = replace_section(first, f"{AGAINST_HEADING}\n\nnew numbers")
+    assert second == f"{policies}\n{AGAINST_HEADING}\n\nnew numbers\n"
