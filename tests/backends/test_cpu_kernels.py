@@ -2,8 +2,11 @@
 measurement or forced by HF_ADAPTERS_CPU_LINEAR, and bfloat16 warns where it is measured slower than float32."""
 
 import logging
+import subprocess
+import sys
 import warnings
 from collections import Counter
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -26,6 +29,7 @@ from hf_adapters.backends.transformers.cpu_kernels import (
 from hf_adapters.formulas.perplexity import compute_perplexity
 from tests.conftest import build_model
 
+ROOT = Path(__file__).resolve().parents[2]
 needs_onednn = pytest.mark.skipif(not onednn_linear_available(), reason="oneDNN linear needs an x86 build with mkldnn")
 
 
@@ -233,6 +237,22 @@ def test_bfloat16_measured_slower_than_float32_warns_once_with_the_ratio_whateve
         assert "slower than float32" in str(slow[0].message) and f"{speedup:.2f}x the float32 rate" in str(
             slow[0].message)
     cpu_kernels.warn_slow_bfloat16.cache_clear()
+
+
+def test_the_slow_bfloat16_warning_prints_as_one_line_without_the_packages_source_line():
+    """Python's format adds the line of source the warning points at (``check_cpu_dtype(model)``), which tells the
+    user nothing; the package's warning is one line, as a fresh process prints it."""
+    code = ("import torch\nfrom hf_adapters.backends import score_continuations\n"
+            "from hf_adapters.backends.transformers import cpu_kernels\n"
+            "from tests.conftest import build_model, build_tokenizer\n"
+            "cpu_kernels.bfloat16_speedup = lambda model: 0.54\ntokenizer = build_tokenizer()\n"
+            "model = build_model(len(tokenizer)).to(torch.bfloat16)\n"
+            "score_continuations(model, tokenizer, [([], tokenizer('The quick fox').input_ids)], progress=False)\n")
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert result.stderr.splitlines() == [
+        "SlowBfloat16Warning: On this processor bfloat16 products ran at 0.54x the float32 rate (timed on the model's "
+        "own layer shapes): scoring in bfloat16 is slower than float32 here, as well as approximate. "
+        'Use dtype="float32" (the CPU default).']
 
 
 def test_the_bfloat16_speedup_is_timed_on_the_models_shapes_once(tokenizer, monkeypatch):

@@ -28,7 +28,6 @@ import logging
 import os
 import platform
 import time
-import warnings
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -37,6 +36,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
+
+from hf_adapters.core.console import warn_user
 
 logger = logging.getLogger(__name__)
 
@@ -321,12 +322,11 @@ class SlowBfloat16Warning(UserWarning):
 @functools.cache
 def warn_slow_bfloat16(speedup: float) -> None:
     """Warn, once per process and measured ratio, that bfloat16 is slower than float32 here."""
-    warnings.warn(
+    warn_user(
         f"On this processor bfloat16 products ran at {speedup:.2f}x the float32 rate (timed on the model's own "
         "layer shapes): scoring in bfloat16 is slower than float32 here, as well as approximate. "
         'Use dtype="float32" (the CPU default).',
         SlowBfloat16Warning,
-        stacklevel=3,
     )
 
 

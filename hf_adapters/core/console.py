@@ -1,0 +1,47 @@
+"""What the package prints for the person at the terminal beside its results: its own warnings as one line
+(:func:`warn_user`), and log lines above the progress bars rather than inside them (:class:`LogAboveBarsHandler`)."""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+
+def warn_user(message: str, category: type[Warning] = UserWarning) -> None:
+    """``warnings.warn`` for the package's user: shown (where Python's filters show it, as any warning) as one line,
+    ``Category: message``, without the line of the package's source that Python's format adds below it."""
+    with _one_line_format(category):
+        warnings.warn(message, category, stacklevel=2)
+
+
+@contextmanager
+def _one_line_format(category: type[Warning]) -> Iterator[None]:
+    """``warnings.formatwarning`` writing warnings of ``category`` as one line while the body runs."""
+    original = warnings.formatwarning
+
+    def one_line(message, shown: type[Warning], filename: str, lineno: int, line: str | None = None) -> str:
+        if issubclass(shown, category):
+            return f"{shown.__name__}: {message}\n"
+        return original(message, shown, filename, lineno, line)
+
+    warnings.formatwarning = one_line
+    try:
+        yield
+    finally:
+        warnings.formatwarning = original
+
+
+class LogAboveBarsHandler(logging.StreamHandler):
+    """A stream handler that writes each record with ``tqdm.write``: above the progress bars drawn on its stream,
+    which are drawn again below it, instead of at the end of a bar's line."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        from tqdm import tqdm
+
+        try:
+            tqdm.write(self.format(record), file=self.stream)
+            self.flush()
+        except Exception:  # as logging.StreamHandler: a failing handler must not stop the program
+            self.handleError(record)
