@@ -13,7 +13,6 @@ from hf_adapters.formulas.ask_llm import AskLlmOptions, ask_llm_text, compute_as
 from hf_adapters.formulas.deita import DeitaOptions, compute_deita, deita_prompt
 from hf_adapters.formulas.rating_tokens import label_token_ids
 from hf_adapters.formulas.selectit import DEFAULT_RATING_PROMPTS, compute_selectit, selectit_prompt
-from hf_adapters.scorers import ScoreSet, build_scorer
 from tests.conftest import assert_exact
 
 INSTRUCTIONS = ["Name a primary colour.", "Add the numbers.", "Write a short poem about the sea.",
@@ -137,35 +136,6 @@ def test_selectit_refuses_more_prompts_than_its_file_holds(tmp_path):
     with pytest.raises(ValueError, match="`k` is 5 but .*two.txt holds 2 rating prompts"):
         compute_selectit(["a"], ["b"], rp_file=str(rp_file))
     assert len(DEFAULT_RATING_PROMPTS) == 5
-
-
-def test_opendataarenas_configs_of_the_judgment_scorers_run_as_they_are(model_dir, tmp_path):
-    rp_file = tmp_path / "rp.txt"
-    rp_file.write_text("Rate it from 1 to 5.\nScore it 1-5.\n", encoding="utf-8")
-    configs = [
-        {"name": "DeitaCScorer", "model": model_dir, "max_length": 2048, "batch_size": 8},
-        {"name": "DeitaQScorer", "model": model_dir, "max_length": 2048, "batch_size": 8},
-        {"name": "AskLlmScorer", "model": model_dir, "max_length": 2048, "batch_size": 8,
-         "prompt": "Is the following data high quality? Please answer yes or no.\n\n", "yes_token": "yes"},
-        {"name": "SelectitTokenScorer", "model": model_dir, "max_length": 512, "batch_size": 8,
-         "rp_file": str(rp_file), "k": 2, "alpha": 0.2},
-    ]
-    rows = [{"instruction": i, "input": n, "output": o} for i, n, o in ROWS]
-    for config in configs:
-        scores = build_scorer(config).score_rows(rows)
-        assert len(scores) == len(rows) and all(math.isfinite(score) for score in scores), config["name"]
-
-
-def test_a_score_set_of_ifd_and_the_judgment_scores_equals_each_scorer_alone(model_dir):
-    members = ["IFDScorer", "DeitaCScorer", "DeitaQScorer", "AskLlmScorer", {"name": "SelectitTokenScorer", "k": 2}]
-    rows = [{"instruction": i, "input": n, "output": o} for i, n, o in ROWS]
-    batch = {key: [row[key] for row in rows] for key in rows[0]}
-    together = ScoreSet(members, model=model_dir).score_batch(batch)
-    for member in members:
-        config = {"name": member} if isinstance(member, str) else member
-        alone = build_scorer({**config, "model": model_dir}).score_batch(batch)
-        for column, values in alone.items():
-            assert together[column] == pytest.approx(values, rel=1e-5), column
 
 
 def test_the_backend_scores_label_siblings_as_their_own_items(model, tokenizer):

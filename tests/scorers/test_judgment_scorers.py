@@ -1,0 +1,82 @@
+"""DeitaCScorer, DeitaQScorer, AskLlmScorer and SelectitTokenScorer: OpenDataArena-Tool's configs as they
+are, the seed configs, the same numbers as the formulas, and a score set with IFD."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from hf_adapters.formulas.ask_llm import compute_ask_llm
+from hf_adapters.formulas.deita import compute_deita
+from hf_adapters.formulas.selectit import compute_selectit
+from hf_adapters.scorers import (
+    AskLlmScorer,
+    ConfigError,
+    DeitaCScorer,
+    DeitaQScorer,
+    ScoreSet,
+    SelectitTokenScorer,
+    build_scorer,
+    load_config,
+)
+from tests.formulas.test_judgment_scores import INPUTS, INSTRUCTIONS, OUTPUTS, ROWS
+
+CONFIGS = Path(__file__).resolve().parents[2] / "hf_adapters" / "configs"
+RECORDS = [{"instruction": i, "input": n, "output": o} for i, n, o in ROWS]
+#: The scorer entries of OpenDataArena-Tool's configs, verbatim but for the rating prompts' file.
+OPENDATAARENA_YAML = {
+    "DeitaCScorer": "name: DeitaCScorer\nmodel: hkust-nlp/deita-complexity-scorer\nmax_length: 2048\nbatch_size: 8\n",
+    "DeitaQScorer": "name: DeitaQScorer\nmodel: hkust-nlp/deita-quality-scorer\nmax_length: 2048\nbatch_size: 8\n",
+    "AskLlmScorer": "name: AskLlmScorer\nmodel: Qwen/Qwen3-8B\nmax_length: 2048\nprompt: 'Is the following data high "
+                    "quality? Please answer yes or no.\n\n\n    '\nyes_token: 'yes'\nbatch_size: 8\n",
+    "SelectitTokenScorer": "name: SelectitTokenScorer\nmodel: Qwen/Qwen3-8B\nmax_length: 512\nbatch_size: 8\n"
+                           "rp_file: {rp_file}\nk: 2\nalpha: 0.2\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(OPENDATAARENA_YAML))
+def test_opendataarenas_config_runs_as_it_is_and_scores_like_the_formula(name, tmp_path, model, tokenizer,
+                                                                          load_calls):
+    rp_file = tmp_path / "rp.txt"
+    rp_file.write_text("Rate it from 1 to 5.\nScore it 1-5.\n", encoding="utf-8")
+    config = tmp_path / "config.yaml"
+    config.write_text(OPENDATAARENA_YAML[name].replace("{rp_file}", str(rp_file)), encoding="utf-8")
+    scores = build_scorer(load_config(config)).score_rows(RECORDS)
+    assert len(load_calls) == 1
+    loaded = {"model": model, "tokenizer": tokenizer}
+    expected = {
+        "DeitaCScorer": lambda: compute_deita(INSTRUCTIONS, inputs=INPUTS, max_length=2048, **loaded)["deita_scores"],
+        "DeitaQScorer": lambda: compute_deita(INSTRUCTIONS, OUTPUTS, INPUTS, aspect="quality", max_length=2048,
+                                              **loaded)["deita_scores"],
+        "AskLlmScorer": lambda: compute_ask_llm(INSTRUCTIONS, OUTPUTS, INPUTS, max_length=2048, prompt=(
+            "Is the following data high quality? Please answer yes or no.\n\n"), **loaded)["ask_llm_scores"],
+        "SelectitTokenScorer": lambda: compute_selectit(INSTRUCTIONS, OUTPUTS, INPUTS, rp_file=str(rp_file), k=2,
+                                                        max_length=512, **loaded)["selectit_scores"],
+    }[name]()
+    assert all(math.isfinite(score) for score in scores)
+    assert scores == pytest.approx(expected, rel=1e-6)
+
+
+@pytest.mark.parametrize(("file", "cls"), [
+    ("deita_complexity.yaml", DeitaCScorer), ("deita_quality.yaml", DeitaQScorer), ("ask_llm.yaml", AskLlmScorer),
+    ("selectit.yaml", SelectitTokenScorer)])
+def test_the_seed_configs_of_the_judgment_scorers_build_on_the_default_model(file, cls):
+    assert isinstance(build_scorer(load_config(CONFIGS / file)), cls)
+
+
+def test_a_deita_scorer_refuses_the_other_aspect():
+    with pytest.raises(ConfigError, match="DeitaCScorer rates complexity; DeitaQScorer rates quality"):
+        build_scorer({"name": "DeitaCScorer", "aspect": "quality"})
+
+
+def test_the_judgment_set_equals_each_scorer_alone(model_dir):
+    score_set = build_scorer(load_config(CONFIGS / "judgment_set.yaml"), model=model_dir)
+    assert isinstance(score_set, ScoreSet)
+    batch = {key: [row[key] for row in RECORDS] for key in RECORDS[0]}
+    together = score_set.score_batch(batch)
+    for name in ("IFDScorer", "DeitaCScorer", "DeitaQScorer", "AskLlmScorer"):
+        alone = build_scorer({"name": name, "model": model_dir}).score_batch(batch)
+        for column, values in alone.items():
+            assert together[column] == pytest.approx(values, rel=1e-5), column
