@@ -23,6 +23,7 @@ from hf_adapters.engines.job_files import scored_record
 from hf_adapters.engines.local import score_chunk
 from hf_adapters.engines.ray_parts import block_name, save_part
 from hf_adapters.engines.ray_shards import ShardedData, block_tables
+from hf_adapters.files.data_io import not_an_id
 from hf_adapters.files.score_files import jsonl_line, records
 
 if TYPE_CHECKING:
@@ -101,6 +102,9 @@ class ScoreBlocks:
                 self.scorer.check_rows(rows, first_row)
             except ValueError as error:
                 return _summary(block, 0, 0, str(error))
+        if bad := next(((index, problem) for index, row in enumerate(rows, first_row)
+                        if (problem := not_an_id(row.get("id"))) is not None), None):
+            return _summary(block, 0, 0, f"Row {bad[0]} of the data: {bad[1]}")  # a source read unchecked
         cells = []
         for start in range(0, len(rows), self.rows_per_chunk):
             cells += score_chunk(self.scorer, rows[start:start + self.rows_per_chunk], first_row + start, self.columns)

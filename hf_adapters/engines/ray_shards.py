@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from hf_adapters.engines.job_files import CHECK_CHUNK_SIZE
 from hf_adapters.files.data_io import (
     _check_csv,
+    _check_finite_ids,
     _csv_options,
     _exact_ids,
     _innermost,
@@ -146,6 +147,8 @@ def report_shard(loader: str, path: str, scorer: Any = None) -> ShardReport:
     checker = scorer.build() if scorer is not None else None
     try:
         own = _own_types(loader, as_data_file(path))
+        if loader == "parquet":
+            _check_finite_ids([as_data_file(path)])
         rows, bad, smallest = 0, None, []
         if checker is None and loader in ("parquet", ARROW):
             rows = _stored_rows(loader, path)

@@ -510,3 +510,45 @@ def test_ctrl_c_on_ray_says_how_many_rows_the_parts_hold(tmp_path):
         save_part(work_dir, f"part-00000-d-{start:012d}-{start + 16:012d}", OutputFormat(), b"{}\n" * 16, 16, 16)
     assert RayEngine().interrupted_message(job) == (
         f"Interrupted: 32 of 4,000 rows are saved in {work_dir}; run the same command again to resume.")
+
+
+@pytest.mark.usefixtures("ray_cluster")
+def test_ray_writes_kept_values_and_ids_as_they_were_read_and_refuses_a_nan_id_naming_its_row(config, tmp_path,
+                                                                                                capsys):
+    """As the default engine: a kept NaN or infinity is written as JSON's ``NaN``/``Infinity`` (not
+    ``null``), a whole-number id among fractional ones as ``2`` (not ``2.0``), and a NaN id, which
+    the Ray engine wrote as ``null``, is refused naming its file and line or row. Issue 59."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(f'{{"id": {key}, "instruction": "Say {key}.", "output": "A fox.", "x": {x}}}\n'
+                            for key, x in [(1.5, "NaN"), (2, "Infinity"), (3, "-Infinity")]), encoding="utf-8")
+
+    def without_scores(path: Path) -> list[str]:
+        return [line.rsplit(', "score": ', 1)[0] for line in path.read_text(encoding="utf-8").split("\n")]
+
+    assert score(config, data, tmp_path / "plain.jsonl", "--keep-columns") == 0
+    assert score(config, data, tmp_path / "ray.jsonl", "--keep-columns", "--engine", "ray") == 0
+    assert without_scores(tmp_path / "ray.jsonl") == without_scores(tmp_path / "plain.jsonl") == [
+        '{"id": 1.5, "instruction": "Say 1.5.", "output": "A fox.", "x": NaN',
+        '{"id": 2, "instruction": "Say 2.", "output": "A fox.", "x": Infinity',
+        '{"id": 3, "instruction": "Say 3.", "output": "A fox.", "x": -Infinity', ""]
+    assert score(config, data, tmp_path / "ids.jsonl", "--engine", "ray") == 0
+    assert [line.split(",")[0] for line in without_scores(tmp_path / "ids.jsonl")] == [
+        '{"id": 1.5', '{"id": 2', '{"id": 3', ""]
+    capsys.readouterr()
+    data.write_text(data.read_text(encoding="utf-8").replace('"id": 2,', '"id": NaN,'), encoding="utf-8")
+    parquet = tmp_path / "rows.parquet"
+    pq.write_table(pa.Table.from_pylist([json.loads(line) for line in data.read_text().splitlines()]), parquet)
+    for source, place in [(data, "Line 2"), (parquet, "Row 1 of the file")]:
+        assert score(config, source, tmp_path / "nan.jsonl", "--engine", "ray") == 2
+        assert capsys.readouterr().err == (
+            f"error: Cannot read {str(source)!r} as {'json' if source == data else 'parquet'}: {place}: the id NaN is "
+            "not a number (NaN and infinities name no row); give the row an id.\n")
+    from datasets import Dataset
+
+    Dataset.from_parquet(str(parquet)).save_to_disk(str(tmp_path / "saved"))
+    assert score(config, tmp_path / "saved", tmp_path / "nan.jsonl", "--engine", "ray") == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "error: Row 1 of the data: the id NaN is not a number (NaN and infinities name no row); give the row an id.")
