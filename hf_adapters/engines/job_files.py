@@ -46,6 +46,10 @@ CHOICES = "choices.json"
 CHECK_CHUNK_SIZE = 10_000
 #: The folder of the cache (:func:`~hf_adapters.backends.loading.cache_folder`) recording finished jobs.
 FINISHED_JOBS = "jobs"
+#: The key of a Ray job's manifest saying how its parts hold the output's records (:func:`part_layout`).
+PARTS = "parts"
+#: The key of a Ray job's manifest saying whether its Parquet output is the parts themselves, a file per block.
+FILE_PER_BLOCK = "file_per_block"
 
 
 @dataclass(frozen=True)
@@ -167,33 +171,121 @@ def interrupted_line(saved: int, total: int | None, work_dir: Path) -> str:
 
 def job_changes(old: Mapping[str, Any], manifest: Mapping[str, Any]) -> str:
     """What makes the job of the manifest ``old`` another than that of ``manifest``, in words, for the
-    message refusing to mix their results: its scorer, model, data or score columns (what
-    :func:`same_job` compares), or the engine that started it (``its manifest differs`` where none
-    of them does)."""
-    reasons = []
-    if old.get("scorer") != manifest["scorer"]:
-        reasons.append(f"the scorer config changed (was {old.get('scorer')}, now {manifest['scorer']})")
+    message refusing to mix their results: its scorer (a score set's members), model, data (its row
+    count, or its content where the count is the same) or score columns (what :func:`same_job`
+    compares), what a Ray job's parts hold (:func:`part_changes`), or the engine that started it
+    (``its manifest differs`` where none of them does)."""
+    reasons = [*_scorer_changes(old.get("scorer"), manifest["scorer"])]
     if not (old.get("identified", True) and manifest["identified"]):
         reasons.append("the model has no identity (a model object, or a backend whose identity() is None), so "
                        "nothing can tell that its results are this model's")
-    elif old.get("model") != manifest["model"]:
+    elif _models(old.get("model")) != _models(manifest["model"]):
         reasons.append("the model changed (its weight files, or the dtype or device type it scores in)")
-    if old.get("data") != manifest["data"] or not same_rows(old, manifest):
-        counts = (f" ({old.get('rows')} rows before, {manifest['rows']} now)"
-                  if old.get("rows") is not None and manifest["rows"] is not None else "")
-        reasons.append(f"the input data changed{counts}")
+    if not same_rows(old, manifest):
+        reasons.append(f"the input data changed ({old.get('rows')} rows before, {manifest['rows']} now)")
+    elif old.get("data") != manifest["data"]:
+        rows = manifest["rows"]
+        same = f", the same {plural(rows, 'row')}" if rows is not None and old.get("rows") == rows else ""
+        reasons.append(f"the input data changed: its content differs (another fingerprint{same})")
     if not same_columns(old, manifest):
         reasons.append(f"the score columns changed (were {', '.join(manifest_columns(old))}, now "
                        f"{', '.join(manifest_columns(manifest))})")
+    if PARTS in manifest:
+        reasons += part_changes(old.get(PARTS), manifest[PARTS])
     if (engine := old.get("engine", "local")) != manifest.get("engine", "local"):
         reasons.append(f"it was started with --engine {engine}, whose partial results this engine cannot resume")
     return "; ".join(reasons) or "its manifest differs"
 
 
+def _scorer_changes(old: Any, new: Mapping[str, Any]) -> list[str]:
+    """How the scorer config ``old`` differs from ``new``: for two score sets, which members came or went
+    (by name), or which member's config or the shared options changed; else the whole configs."""
+    if old == new:
+        return []
+    if not (isinstance(old, dict) and _is_score_set(old) and _is_score_set(new)):
+        return [f"the scorer config changed (was {old}, now {new})"]
+    names = [[member.get("name") for member in config["scores"]] for config in (old, new)]
+    if names[0] != names[1]:
+        return [f"the score set's members changed (were {', '.join(map(str, names[0]))}, now "
+                f"{', '.join(map(str, names[1]))})"]
+    reasons = [f"the config of its member {name} changed (was {before}, now {after})"
+               for name, before, after in zip(names[1], old["scores"], new["scores"], strict=True) if before != after]
+    shared = [{key: value for key, value in config.items() if key != "scores"} for config in (old, new)]
+    if shared[0] != shared[1]:
+        reasons.append(f"the score set's shared options changed (were {shared[0]}, now {shared[1]})")
+    return reasons
+
+
+def _is_score_set(config: Mapping[str, Any]) -> bool:
+    return isinstance(config.get("scores"), list) and all(isinstance(member, dict) for member in config["scores"])
+
+
+def _models(identity: Any) -> list[Any]:
+    """The distinct models an identity names: a score set's members' (``{"members": [...]}``), each once,
+    so that a set that drops a member is not taken for one of another model."""
+    if not (isinstance(identity, dict) and set(identity) == {"members"} and isinstance(identity["members"], list)):
+        return [identity]
+    return sorted({json.dumps(member, sort_keys=True) for member in identity["members"]})
+
+
+def part_changes(old: Any, parts: Mapping[str, Any]) -> list[str]:
+    """What of a Ray job's output its parts (:func:`part_layout`) hold otherwise than this run writes it,
+    in words, each naming the option: the format, the rows' own columns, the score columns' order
+    (its parts hold the output's records as written); none where they hold it as this run does."""
+    if old == parts:
+        return []
+    if not isinstance(old, dict):
+        return ["its parts do not say how they hold the output's records (an earlier version wrote them)"]
+    reasons = []
+    if old.get("format") != parts["format"]:
+        reasons.append(f"it was started with --output-format {old.get('format')}, and its parts hold the records "
+                       "as that format writes them")
+    if bool(old.get("keep_columns")) != parts["keep_columns"]:
+        reasons.append(f"it was started {'with' if old.get('keep_columns') else 'without'} --keep-columns, and its "
+                       f"parts hold the records {'with' if old.get('keep_columns') else 'without'} the rows' columns")
+    if old.get("columns") != parts["columns"] and sorted(old.get("columns") or []) == sorted(parts["columns"]):
+        reasons.append(f"it was started with the score columns in another order ({', '.join(old['columns'])}; "
+                       f"--score-columns), and its parts hold them in that order")
+    return reasons
+
+
+def part_layout(output: OutputFormat, columns: Mapping[str, str]) -> dict[str, Any]:
+    """How a Ray job's parts hold the output's records (recorded in its manifest as :data:`PARTS`): the
+    output's format, with the rows' own columns or not, and the score ``columns`` (output -> column) in
+    order. A run that would write them otherwise does not resume the job."""
+    return {"format": output.kind, "keep_columns": output.keep_columns, "columns": list(columns.values())}
+
+
 def finished_job(output_path: Path, output: OutputFormat, manifest: Mapping[str, Any]) -> tuple[int, int] | None:
     """``(rows, valid scores)`` of ``output_path`` where it is the complete output of the job
-    ``manifest`` describes, written in the format ``output`` asks for and unchanged since (its
-    size and modification time are those recorded when it was written); else None."""
+    ``manifest`` describes, written in the format ``output`` asks for (the score columns in the
+    manifest's order; a Parquet output as shards, or as a file per block where the manifest says
+    :data:`FILE_PER_BLOCK`) and unchanged since (its size and modification time are those recorded
+    when it was written); else None."""
+    record = _finished_record_of(output_path, output, manifest)
+    if record is None or bool(record["job"].get(FILE_PER_BLOCK)) != bool(manifest.get(FILE_PER_BLOCK)):
+        return None
+    return record["rows"], record["valid"]
+
+
+def finished_in_other_layout(output_path: Path, output: OutputFormat, manifest: Mapping[str, Any]) -> str | None:
+    """The message refusing to score the job ``manifest`` describes again only because its complete,
+    unchanged Parquet output is a file per block (``--engine ray --file-per-block``) where shards are
+    asked for, or the reverse: it says which it is, and how to keep it or get the other; else None."""
+    record = _finished_record_of(output_path, output, manifest)
+    if record is None or (per_block := bool(record["job"].get(FILE_PER_BLOCK))) == bool(manifest.get(FILE_PER_BLOCK)):
+        return None
+    if per_block:
+        return (f"{output_path} is already this job's complete output, as one Parquet file per block (written with "
+                "--engine ray --file-per-block): add --file-per-block to leave it so, or pass --overwrite to score it "
+                "again into shards of --rows-per-shard rows.")
+    return (f"{output_path} is already this job's complete output, as Parquet shards of --rows-per-shard rows: run "
+            "without --file-per-block to leave it so, or pass --overwrite to score it again as one file per block.")
+
+
+def _finished_record_of(output_path: Path, output: OutputFormat, manifest: Mapping[str, Any]) -> dict | None:
+    """The record of ``output_path`` as the finished job ``manifest`` describes wrote it in the format
+    ``output`` asks for (the score columns in the manifest's order), unchanged since; None where it is not."""
     record = read_json(_finished_record(output_path))
     if not (isinstance(record, dict) and isinstance(record.get("job"), dict) and output.is_complete(output_path)):
         return None
@@ -201,9 +293,8 @@ def finished_job(output_path: Path, output: OutputFormat, manifest: Mapping[str,
         unchanged = record.get("format") == _format_record(output) and record.get("stamp") == _stamp(output_path)
     except OSError:  # removed meanwhile
         return None
-    if not (unchanged and same_job(record["job"], manifest)):
-        return None
-    return record["rows"], record["valid"]
+    same = same_job(record["job"], manifest) and manifest_columns(record["job"]) == manifest_columns(manifest)
+    return record if unchanged and same else None
 
 
 def record_finished_job(output_path: Path, output: OutputFormat, manifest: Mapping[str, Any], rows: int,

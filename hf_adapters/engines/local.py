@@ -71,6 +71,7 @@ from hf_adapters.engines.job_files import (
     JobSummary,
     check_dataset,
     column_names,
+    finished_in_other_layout,
     finished_job,
     interrupted_line,
     is_stream,
@@ -329,8 +330,9 @@ def run_scoring_job(
     (another scorer config or other data) raise a ``JobConflictError`` unless ``overwrite`` is set;
     an error or a stop before any row is saved leaves no work directory behind. Running a finished
     job again does nothing while its output is as the job wrote it (the summary says ``skipped``);
-    ``overwrite`` scores it again. Rows without an ``id`` are written with their row number.
-    ``data_fingerprint`` identifies the data (default: ``dataset._fingerprint``; a stream needs
+    ``overwrite`` scores it again (a Parquet output that ``--engine ray --file-per-block`` wrote as a
+    file per block is a ValueError saying so, unless ``overwrite``). Rows without an ``id`` are written
+    with their row number. ``data_fingerprint`` identifies the data (default: ``dataset._fingerprint``; a stream needs
     one); the command line passes a hash of the input files. Every row of a ``Dataset`` is checked
     with ``scorer.check_rows`` before any is scored; a stream's rows are checked chunk by chunk. The
     output appears only once complete. Every process returns the same summary. ``expected_rows``
@@ -364,8 +366,11 @@ def run_scoring_job(
     scorer.use_columns(column_names(dataset))
     manifest = job_manifest(scorer, data_fingerprint or dataset._fingerprint, None if streaming else len(dataset),
                             chunk_size, columns)
-    finished = None if overwrite or not state.is_main_process else finished_job(output_path, output, manifest)
-    finished = _from_main_process(finished, state)
+    found = None if overwrite or not state.is_main_process else \
+        (finished_job(output_path, output, manifest), finished_in_other_layout(output_path, output, manifest))
+    finished, refusal = _from_main_process(found, state) or (None, None)
+    if refusal is not None:
+        raise ValueError(refusal)
     if finished is not None:
         return JobSummary(*finished, time.perf_counter() - started, 0, skipped=True)
     check_dataset(dataset, scorer, output, columns)

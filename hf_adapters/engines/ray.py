@@ -17,11 +17,14 @@ The command's own process (Ray's driver) reads no row and holds no score:
 
 Killed at any point (the driver, a worker, a node) and run again, the job skips the parts already
 written, after the local engine's identity checks (model, options, data fingerprint, score
-columns): its output is the file of an uninterrupted run, byte for byte where the scores are
-deterministic (a GPU, or ``HF_ADAPTERS_CPU_LINEAR`` pinning the CPU kernel). Ray also replaces a
-worker that dies during the run. With ``--streaming`` each block's rows are checked just before
-they are scored, not all first. A finished job is recorded as the default engine records it:
-running it again (on either engine) does nothing.
+columns) and a check that this run writes the records as the parts hold them (the format, the
+rows' own columns or not, the score columns' order; else it is refused, naming the option): its
+output is the file of an uninterrupted run, byte for byte where the scores are deterministic (a
+GPU, or ``HF_ADAPTERS_CPU_LINEAR`` pinning the CPU kernel). Ray also replaces a worker that dies
+during the run. With ``--streaming`` each block's rows are checked just before they are scored,
+not all first. A finished job is recorded as the default engine records it: running it again (on
+either engine) does nothing, unless it asks for the other Parquet layout (``file_per_block`` or
+not), which is refused, naming the flag.
 
 The data must be files every node reads at the same path, and the output's folder one every node
 writes (a local cluster, or shared storage); a hub data set is read into ``datasets``' cache first.
@@ -49,13 +52,17 @@ from tqdm.auto import tqdm
 from hf_adapters.core.options import non_negative_float, positive_int
 from hf_adapters.engines.base import Engine, EngineError, ScoringJob
 from hf_adapters.engines.job_files import (
+    FILE_PER_BLOCK,
     LOCK,
+    PARTS,
     JobSummary,
     check_dataset,
+    finished_in_other_layout,
     finished_job,
     interrupted_line,
     job_manifest,
     output_schema,
+    part_layout,
     score_schema,
     work_dir_for,
 )
@@ -219,9 +226,11 @@ def run_ray_scoring_job(job: ScoringJob, *, num_workers: int = 1, gpus_per_worke
         tasks = {"num_cpus": 1, **({"runtime_env": environment} if environment else {})}
         with _worker_errors(ray):
             fingerprint = _data_fingerprint(ray, job, tasks)
-            planned = job_manifest(scorer, fingerprint, None, None, columns)
+            planned = {**job_manifest(scorer, fingerprint, None, None, columns), FILE_PER_BLOCK: file_per_block}
             if not job.overwrite and (finished := finished_job(job.output_path, output, planned)) is not None:
                 return JobSummary(*finished, time.perf_counter() - started, 0, skipped=True)
+            if not job.overwrite and (refusal := finished_in_other_layout(job.output_path, output, planned)):
+                raise ValueError(refusal)
             data, refused = plan_data(ray, job, workers, tasks)
         check_dataset(_no_rows(data), scorer, output, columns)
         if refused is not None:
@@ -229,7 +238,7 @@ def run_ray_scoring_job(job: ScoringJob, *, num_workers: int = 1, gpus_per_worke
         chunk = default_save_every("cuda" if gpus_per_worker else "cpu")
         manifest = {**job_manifest(scorer, fingerprint, data.rows, None, columns), "engine": ENGINE,
                     "rows_per_block": rows_per_block or default_rows_per_block(data.rows, num_workers, chunk),
-                    "rows_per_chunk": chunk}
+                    "rows_per_chunk": chunk, PARTS: part_layout(output, columns), FILE_PER_BLOCK: file_per_block}
         run = _Run(ray, job, output, data, columns, _part_schema(data, output, scorer, columns), workers,
                    num_workers, gpus_per_worker, environment, file_per_block)
         with _job_lock(work_dir_for(job.output_path)):
@@ -344,11 +353,12 @@ def _no_rows(data: ShardedData) -> Any:
 
 def _part_schema(data: ShardedData, output: OutputFormat, scorer: RowScorer, columns: Mapping[str, str]) -> Any:
     """The Parquet schema of the output's records (:func:`~hf_adapters.engines.job_files.output_schema`),
-    with the data's own type for ids of nested values (each part is written alone); None for JSONL."""
+    with the data's own type for ids of nested values (each part is written alone); None for JSONL.
+    Keeping the rows' columns, the records are the rows': an ``id`` only where the data has one."""
     import pyarrow as pa
 
     schema = output_schema(_no_rows(data), output, score_schema(scorer, columns))
-    if schema is None or "id" in schema.names:
+    if schema is None or output.keep_columns or "id" in schema.names:
         return schema
     return pa.schema([data.schema.field("id") if "id" in data.column_names else pa.field("id", pa.int64()), *schema])
 

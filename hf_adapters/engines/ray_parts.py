@@ -6,7 +6,11 @@ the output made of it.
   the model's identity, the data's fingerprint and row count, the score columns), that the Ray engine
   runs it, and how its rows are cut: ``rows_per_block`` rows per block, scored ``rows_per_chunk`` at
   a time (its ``chunk_size`` is null: the local engine's chunks are another layout). A rerun keeps
-  both, whatever its own options;
+  both, whatever its own options. It also says how the parts hold the output's records (``parts``,
+  :func:`~hf_adapters.engines.job_files.part_layout`: the format, the rows' own columns or not, the
+  score columns in order), which a rerun must write as they do to resume the job (else it is refused,
+  naming the option), and whether the Parquet output is made of the parts themselves (``file_per_block``,
+  the last run's: it changes nothing in the parts, and is recorded with the finished job);
 - one part per finished block, written by the worker that scored it (:func:`save_part`):
   ``part-SSSSS-NAME-FIRST-STOP.jsonl`` (``.parquet`` for Parquet output), the block of rows FIRST to
   STOP of shard number SSSSS, file NAME (:func:`block_name`: the same for the same data in every run,
@@ -34,8 +38,10 @@ from typing import TYPE_CHECKING, Any
 
 from hf_adapters.engines.job_files import (
     COMPLETE,
+    FILE_PER_BLOCK,
     LOCK,
     MANIFEST,
+    PARTS,
     job_changes,
     read_json,
     record_finished_job,
@@ -121,14 +127,17 @@ def open_work_dir(work_dir: Path, output_path: Path, manifest: dict[str, Any], o
                   output: OutputFormat) -> tuple[str, dict[str, Any]]:
     """Start the job afresh, resume it or find it complete (a kill came after its output was in place):
     ``("fresh" | "resume" | "complete", the manifest in force)``, the one on disk where it resumes or
-    is complete. Partial results of another job (or of the local engine) are a JobConflictError, unless
+    is complete. Partial results of another job, of parts that hold the records otherwise than
+    ``manifest`` says (its ``parts``), or of the local engine are a JobConflictError, unless
     ``overwrite`` (or nothing is saved in them): then they are discarded. Call it holding the lock."""
     complete = read_json(work_dir / COMPLETE)
-    if isinstance(complete, dict) and same_job(complete, manifest) and output.is_complete(output_path):
+    if isinstance(complete, dict) and same_job(complete, manifest) and output.is_complete(output_path) and \
+            complete.get(PARTS, manifest[PARTS]) == manifest[PARTS]:  # the default engine's, or written as asked
         return "complete", complete
     old = read_json(work_dir / MANIFEST)
     if isinstance(old, dict) and old.get("engine") == ENGINE and same_job(old, manifest) and \
-            isinstance(old.get("rows_per_block"), int) and isinstance(old.get("rows_per_chunk"), int):
+            old.get(PARTS) == manifest[PARTS] and isinstance(old.get("rows_per_block"), int) and \
+            isinstance(old.get("rows_per_chunk"), int):
         return "resume", old
     if isinstance(old, dict) and not (overwrite or nothing_saved(work_dir)):
         if old.get("engine") != ENGINE:
@@ -188,8 +197,9 @@ def merge_parts(work_dir: Path, output_path: Path, output: OutputFormat, names: 
     """Write the output from the parts ``names`` (in input order), record the job as complete (its
     ``rows`` and ``valid`` scores), and remove the work folder. A JSONL output is the parts' bytes one
     after another; a Parquet one is cut into shards of ``output.rows_per_shard`` rows of ``schema``,
-    a part at a time, or, with ``file_per_block``, is the parts themselves. The output is written under
-    a temporary name, then renamed: it appears whole or not at all."""
+    a part at a time, or, with ``file_per_block``, is the parts themselves (which the record of the
+    finished job says). The output is written under a temporary name, then renamed: it appears whole
+    or not at all."""
     temporary = output_path.with_name(output_path.name + ".tmp")
     output_path.parent.mkdir(parents=True, exist_ok=True)
     parts = [part_file(work_dir, name, output) for name in names]
@@ -218,7 +228,7 @@ def merge_parts(work_dir: Path, output_path: Path, output: OutputFormat, names: 
     except BaseException:
         shutil.rmtree(temporary, ignore_errors=True) if temporary.is_dir() else temporary.unlink(missing_ok=True)
         raise
-    finish(work_dir, output_path, output, dict(manifest), rows, valid)
+    finish(work_dir, output_path, output, {**manifest, FILE_PER_BLOCK: file_per_block}, rows, valid)
 
 
 def _write_shards(parts: Sequence[Path], folder: Path, rows_per_shard: int) -> None:

@@ -679,3 +679,117 @@ def test_the_chunk_setting_changes_no_score_and_no_line_of_the_output(tmp_path, 
     assert [[line["id"] for line in lines] for lines in perplexities] == [[f"r{i}" for i in range(11)]] * 2
     assert [line["score"] for line in perplexities[1]] == pytest.approx([line["score"] for line in perplexities[0]],
                                                                          rel=1e-6)
+
+
+# --- Issue 59: what a refusal names; score columns in another order; a finished output in another layout ----------
+
+
+def score_set_manifest(model: str, *members: dict) -> dict:
+    from hf_adapters.engines.job_files import job_manifest
+    from hf_adapters.files.score_files import OutputFormat
+
+    scorer = build_scorer({"model": model, "scores": list(members)})
+    return job_manifest(scorer, "data", 10, 4, OutputFormat().columns_of(scorer.outputs, scorer.named_outputs))
+
+
+def test_a_score_set_resumed_without_a_member_is_refused_naming_its_members_not_the_model(model_dir):
+    from hf_adapters.engines.job_files import job_changes
+
+    ifd, ppl, upd = {"name": "IFDScorer"}, {"name": "PPLScorer"}, {"name": "UPDScorer"}
+    reasons = job_changes(score_set_manifest(model_dir, ifd, ppl, upd), score_set_manifest(model_dir, ifd, ppl))
+    assert reasons.startswith("the score set's members changed (were IFDScorer, PPLScorer, UPDScorer, now "
+                              "IFDScorer, PPLScorer); the score columns changed"), reasons
+    assert "model" not in reasons
+    reasons = job_changes(score_set_manifest(model_dir, ifd, ppl), score_set_manifest(model_dir, ifd,
+                                                                                      {**ppl, "max_length": 64}))
+    assert reasons.startswith("the config of its member PPLScorer changed (was {"), reasons
+    assert "IFDScorer" not in reasons and "model" not in reasons
+
+
+def test_changed_data_of_the_same_row_count_is_refused_naming_its_content_not_a_row_count(tmp_path):
+    rows, output = make_rows(20), tmp_path / "out.jsonl"
+    with pytest.raises(KeyboardInterrupt):
+        run_scoring_job(Dataset.from_list(rows), CrashAfter(rows=8, batch_size=4), output, progress=False)
+    rows[15]["output"] = "changed"
+    with pytest.raises(JobConflictError) as refusal:
+        run_scoring_job(Dataset.from_list(rows), LengthRatioScorer(batch_size=4), output, progress=False)
+    assert "the input data changed: its content differs (another fingerprint, the same 20 rows)." in \
+        str(refusal.value)
+    assert "rows before" not in str(refusal.value)
+
+
+IFD_COLUMNS = ("ppl_conditional", "ppl_direct")
+
+
+def ifd_rows() -> Dataset:
+    return Dataset.from_list([{"instruction": f"Say {i}.", "input": "", "output": "A fox. " * (1 + i % 3)}
+                              for i in range(10)])
+
+
+def test_a_finished_job_asked_for_its_score_columns_in_another_order_is_scored_again(tmp_path, model_dir):
+    from hf_adapters.files.score_files import OutputFormat
+
+    output = tmp_path / "out.jsonl"
+    for columns in (IFD_COLUMNS, IFD_COLUMNS[::-1]):
+        summary = run_scoring_job(ifd_rows(), build_scorer({"name": "IFDScorer", "model": model_dir}), output,
+                                  progress=False, output=OutputFormat(score_columns=columns))
+        assert not summary.skipped
+        assert list(read_jsonl(output)[0]) == ["id", "score", *columns]
+
+
+@pytest.mark.parametrize("change", [{"score_columns": IFD_COLUMNS[::-1]}, {"keep_columns": True}],
+                         ids=["reordered", "kept"])
+def test_a_parquet_job_resumed_with_its_columns_reordered_or_kept_writes_the_uninterrupted_runs_file(
+        tmp_path, model_dir, monkeypatch, change):
+    """The local engine's parts hold every score column by name and none of the rows' own: its resume
+    writes the output the rerun asks for (checked for issue 59, where the Ray engine's could not)."""
+    import dataclasses
+
+    import pyarrow.parquet as pq
+
+    from hf_adapters.files.score_files import OutputFormat
+
+    started = OutputFormat("parquet", score_columns=IFD_COLUMNS)
+    asked = dataclasses.replace(started, **change)
+    scored = local.score_chunk
+
+    def killed_after_two_chunks(*args, **kwargs):
+        if killed_after_two_chunks.calls == 2:
+            raise KeyboardInterrupt
+        killed_after_two_chunks.calls += 1
+        return scored(*args, **kwargs)
+
+    killed_after_two_chunks.calls = 0
+    monkeypatch.setattr(local, "score_chunk", killed_after_two_chunks)
+    with pytest.raises(KeyboardInterrupt):
+        run_scoring_job(ifd_rows(), build_scorer({"name": "IFDScorer", "model": model_dir}), tmp_path / "resumed",
+                        progress=False, output=started)
+    monkeypatch.setattr(local, "score_chunk", scored)
+    for name in ("resumed", "whole"):
+        run_scoring_job(ifd_rows(), build_scorer({"name": "IFDScorer", "model": model_dir}), tmp_path / name,
+                        progress=False, output=asked)
+    resumed, whole = pq.read_table(tmp_path / "resumed"), pq.read_table(tmp_path / "whole")
+    assert resumed.schema == whole.schema and resumed.num_rows == whole.num_rows == 10
+    for name in resumed.column_names:
+        values, expected = resumed.column(name).to_pylist(), whole.column(name).to_pylist()
+        assert values == (pytest.approx(expected, rel=1e-6) if name in ("score", *IFD_COLUMNS) else expected)
+
+
+def test_a_finished_output_written_a_parquet_file_per_block_is_refused_naming_the_flag(tmp_path):
+    """The default engine cannot write the layout ``--engine ray --file-per-block`` did: it says which
+    layout the output has and how to get the other, instead of "nothing to do"."""
+    from hf_adapters.engines.job_files import _finished_record
+    from hf_adapters.files.score_files import OutputFormat
+
+    rows, output, parquet = Dataset.from_list(make_rows(8)), tmp_path / "out", OutputFormat("parquet")
+    run_scoring_job(rows, LengthRatioScorer(), output, progress=False, output=parquet)
+    record = json.loads(_finished_record(output).read_text())
+    _finished_record(output).write_text(json.dumps({**record, "job": {**record["job"], "file_per_block": True}}))
+    with pytest.raises(ValueError, match=r"already this job's complete output, as one Parquet file per block "
+                                         r"\(written with --engine ray --file-per-block\): add --file-per-block to "
+                                         r"leave it so, or pass --overwrite to score it again into shards of "
+                                         r"--rows-per-shard rows\."):
+        run_scoring_job(rows, LengthRatioScorer(), output, progress=False, output=parquet)
+    scorer = LengthRatioScorer()
+    assert not run_scoring_job(rows, scorer, output, progress=False, output=parquet, overwrite=True).skipped
+    assert run_scoring_job(rows, LengthRatioScorer(), output, progress=False, output=parquet).skipped

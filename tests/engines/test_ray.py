@@ -7,6 +7,7 @@ import json
 import math
 import os
 import random
+import re
 import subprocess
 import sys
 import time
@@ -472,7 +473,8 @@ def test_a_score_set_runs_on_the_workers_as_in_one_process(model_dir, tmp_path, 
 
 def ray_manifest(**changes) -> dict:
     manifest = {"scorer": {"name": "PPLScorer"}, "model": {"files": []}, "identified": True, "data": "d1", "rows": 40,
-                "chunk_size": None, "engine": "ray", "rows_per_block": 16, "rows_per_chunk": 16}
+                "chunk_size": None, "engine": "ray", "rows_per_block": 16, "rows_per_chunk": 16,
+                "parts": {"format": "jsonl", "keep_columns": False, "columns": ["score"]}, "file_per_block": False}
     return {**manifest, **changes}
 
 
@@ -510,6 +512,116 @@ def test_ctrl_c_on_ray_says_how_many_rows_the_parts_hold(tmp_path):
         save_part(work_dir, f"part-00000-d-{start:012d}-{start + 16:012d}", OutputFormat(), b"{}\n" * 16, 16, 16)
     assert RayEngine().interrupted_message(job) == (
         f"Interrupted: 32 of 4,000 rows are saved in {work_dir}; run the same command again to resume.")
+
+
+# --- Issue 59: a resume writes its parts as they are, or is refused naming the option; the layouts of the output -----
+
+
+@pytest.mark.parametrize("parts,message", [
+    ({"keep_columns": True}, "it was started without --keep-columns, and its parts hold the records without the "
+                             "rows' columns"),
+    ({"columns": ["ppl_direct", "ppl_conditional", "score"]},
+     "it was started with the score columns in another order (score, ppl_conditional, ppl_direct; --score-columns), "
+     "and its parts hold them in that order"),
+    ({"format": "parquet"}, "it was started with --output-format jsonl, and its parts hold the records as that format "
+                            "writes them"),
+    ({"file_per_block": True}, None),
+], ids=["keep-columns", "score-columns-order", "output-format", "file-per-block"])
+def test_a_work_folder_resumes_only_a_run_that_writes_its_parts_as_they_are(tmp_path, parts, message):
+    from hf_adapters.engines.local import JobConflictError
+    from hf_adapters.engines.ray_parts import open_work_dir, save_part
+    from hf_adapters.files.score_files import OutputFormat
+
+    output, work_dir, jsonl = tmp_path / "o.jsonl", tmp_path / "o.jsonl.parts", OutputFormat()
+    started = ray_manifest(parts={"format": "jsonl", "keep_columns": False,
+                                  "columns": ["score", "ppl_conditional", "ppl_direct"]})
+    open_work_dir(work_dir, output, started, False, jsonl)
+    save_part(work_dir, "part-00000-rows-000000000000-000000000016", jsonl, b'{"id": 0, "score": 1.0}\n' * 16, 16, 16)
+    rerun = {**started, "parts": {**started["parts"], **parts}} if "file_per_block" not in parts else \
+        {**started, **parts}
+    if message is None:
+        assert open_work_dir(work_dir, output, rerun, False, jsonl) == ("resume", started)
+        return
+    with pytest.raises(JobConflictError, match=re.escape(f"partial results of a different job: {message}. Rerun")):
+        open_work_dir(work_dir, output, rerun, False, jsonl)
+
+
+def write_ifd_config(folder: Path, model: str) -> str:
+    path = folder / "ifd.yaml"
+    path.write_text(f"name: IFDScorer\nmodel: {model}\nbatch_size: 8\nmax_length: 64\n", encoding="utf-8")
+    return str(path)
+
+
+@pytest.mark.usefixtures("ray_cluster")
+@pytest.mark.parametrize("started,rerun,message", [
+    ([], ["--keep-columns"], "it was started without --keep-columns"),
+    (["--output-format", "parquet", "--score-columns", "ppl_conditional,ppl_direct"],
+     ["--output-format", "parquet", "--score-columns", "ppl_direct,ppl_conditional"],
+     "it was started with the score columns in another order (score, ppl_conditional, ppl_direct; --score-columns)"),
+], ids=["keep-columns-added", "parquet-score-columns-reordered"])
+def test_a_ray_job_resumed_with_its_records_written_otherwise_is_refused_naming_the_option(
+        tiny_model_dir, tmp_path, capsys, monkeypatch, started, rerun, message):
+    """A Ray job's parts hold the output's records as written: a rerun that would write them otherwise
+    (the rows' columns added, the score columns in another order) is refused at once, naming the
+    option, instead of writing a file of two layouts or failing every merge. Issue 59."""
+    from hf_adapters.engines import ray as ray_engine
+
+    def killed_before_the_merge(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    config = write_ifd_config(tmp_path, tiny_model_dir)
+    data = write_jsonl(tmp_path / "rows.jsonl", instruction_rows(24))
+    output, flags = tmp_path / "scores", ["--engine", "ray", "--rows-per-block", "8"]
+    monkeypatch.setattr(ray_engine, "merge_parts", killed_before_the_merge)
+    assert score(config, data, output, *started, *flags) == 130
+    monkeypatch.undo()
+    (output.with_name("scores.parts") / "part-00000-rows-000000000008-000000000016.done").unlink()
+    capsys.readouterr()
+    assert score(config, data, output, *rerun, *flags) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and len(err.strip().splitlines()) == 1 and message in err, err
+    assert not output.exists()
+    assert score(config, data, output, *rerun, *flags, "--overwrite") == 0
+
+
+@pytest.mark.usefixtures("ray_cluster")
+def test_parquet_keeping_the_columns_of_rows_without_ids_has_no_id_column_as_on_the_default_engine(config, tmp_path):
+    """Issue 59: Ray wrote an all-null ``id`` column the default engine's file does not have."""
+    import pyarrow.parquet as pq
+
+    data = write_jsonl(tmp_path / "rows.jsonl", [{key: value for key, value in row.items() if key != "id"}
+                                                 for row in instruction_rows(12)])
+    flags = ["--output-format", "parquet", "--keep-columns"]
+    assert score(config, data, tmp_path / "plain", *flags) == 0
+    assert score(config, data, tmp_path / "ray", *flags, "--engine", "ray") == 0
+    plain, on_ray = pq.read_table(tmp_path / "plain"), pq.read_table(tmp_path / "ray")
+    assert on_ray.schema == plain.schema and "id" not in on_ray.column_names
+    assert_same_scores([{"id": i, **row} for i, row in enumerate(on_ray.to_pylist())],
+                       [{"id": i, **row} for i, row in enumerate(plain.to_pylist())])
+
+
+@pytest.mark.usefixtures("ray_cluster")
+def test_a_finished_output_asked_for_in_the_other_parquet_layout_is_refused_naming_the_flag(config, rows, tmp_path,
+                                                                                          capsys):
+    """A rerun without ``--file-per-block`` of a job that wrote a file per block (or the reverse) says
+    which layout the output has and how to get the other, instead of "nothing to do". Issue 59."""
+    output, flags = tmp_path / "scores", ["--output-format", "parquet", "--engine", "ray", "--rows-per-block", "32"]
+    assert score(config, rows, output, *flags, "--file-per-block") == 0
+    assert len(list(output.iterdir())) == 2
+    capsys.readouterr()
+    assert score(config, rows, output, *flags) == 2
+    assert capsys.readouterr().err == (
+        f"error: {output} is already this job's complete output, as one Parquet file per block (written with --engine "
+        "ray --file-per-block): add --file-per-block to leave it so, or pass --overwrite to score it again into shards "
+        "of --rows-per-shard rows.\n")
+    assert score(config, rows, output, *flags, "--overwrite") == 0
+    assert [path.name for path in output.iterdir()] == ["part-00000.parquet"]
+    capsys.readouterr()
+    assert score(config, rows, output, *flags, "--file-per-block") == 2
+    assert "as Parquet shards of --rows-per-shard rows: run without --file-per-block to leave it so, or pass " \
+           "--overwrite to score it again as one file per block." in capsys.readouterr().err
+    assert score(config, rows, output, *flags) == 0
+    assert "nothing to do" in capsys.readouterr().out
 
 
 @pytest.mark.usefixtures("ray_cluster")
