@@ -38,10 +38,11 @@ from hf_adapters.files.data_io import (
     _parquet_types,
     data_files,
     is_saved_dataset,
+    loader_pattern,
     parquet_rows,
     read_rows,
 )
-from hf_adapters.files.remote_files import as_data_file, readable_path
+from hf_adapters.files.remote_files import as_data_file
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -204,7 +205,7 @@ def shard_tables(loader: str, path: str, features: Features | None, batch_rows: 
         dataset = Dataset.from_file(path)
     else:
         options = {"keep_default_na": False} if loader == "csv" else {}
-        dataset = load_dataset(loader, data_files=[str(readable_path(as_data_file(path)))], split="train",
+        dataset = load_dataset(loader, data_files=[loader_pattern(as_data_file(path))], split="train",
                                streaming=True, features=features, **options)
     yield from dataset.with_format("arrow").iter(batch_size=batch_rows)
 

@@ -17,7 +17,14 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from hf_adapters.files.json_values import to_json_value
-from hf_adapters.files.remote_files import RemoteFile, is_url, open_data_file, readable_path, remote_files
+from hf_adapters.files.remote_files import (
+    RemoteFile,
+    UnreadableURL,
+    is_url,
+    open_data_file,
+    readable_path,
+    remote_files,
+)
 
 if TYPE_CHECKING:  # datasets is imported where rows are read: the command line's --help does without it
     import pyarrow as pa
@@ -45,7 +52,8 @@ def read_rows(source: str | Path, *, split: str | None = None, streaming: bool =
     or at a URL fsspec reads (``s3://bucket/rows/*.jsonl``: :mod:`~hf_adapters.files.remote_files`); a
     ``save_to_disk`` folder (of a ``DatasetDict``: ``split`` names the split); or a data set id on the
     hub (``split`` names the split, default ``train``; offline, a clear error). Shards must all be of
-    one type and hold the same columns, each of one type; Parquet shards of no rows are skipped.
+    one type and hold the same columns, each of one type; shards of no rows are skipped. A name is
+    a name: a file is read as itself, even where its name holds a glob's characters (``p[1].jsonl``).
     Every shard is read through once before the rows are loaded: an error names the file, the
     line and what is wrong with it.
 
@@ -70,9 +78,9 @@ def read_rows(source: str | Path, *, split: str | None = None, streaming: bool =
         exact = _exact_columns(loader, files, options)
         if loader == "parquet":
             _check_finite_ids(files)
+        patterns = [loader_pattern(file) for file in files]
         try:
-            dataset = load_dataset(loader, data_files=[str(readable_path(file)) for file in files], split="train",
-                                   streaming=streaming, **options)
+            dataset = load_dataset(loader, data_files=patterns, split="train", streaming=streaming, **options)
         except Exception as error:  # datasets wraps parse errors in several types
             where = files[0] if len(files) == 1 else source if is_url(source) else Path(source)
             raise ValueError(f"Cannot read {str(where)!r} as {loader}: {_innermost(error)}") from error
@@ -89,11 +97,12 @@ def is_saved_dataset(source: str | Path) -> bool:
 
 
 def data_files(source: str | Path) -> tuple[str, list[Path]] | None:
-    """The loader and the files (in name order) that ``source`` names: a file, a folder of shards or a
-    glob, local or at a URL (:class:`~hf_adapters.files.remote_files.RemoteFile` each), less Parquet
-    shards of no rows; None for a name that is neither a path, a URL nor a glob (a hub id). A
-    ValueError says what is wrong: a glob or folder without data files, shards of several types or
-    with other columns, an empty file."""
+    """The loader and the files (in name order) that ``source`` names: a file (even one whose name
+    holds a glob's characters), a folder of shards or a glob, local or at a URL
+    (:class:`~hf_adapters.files.remote_files.RemoteFile` each), less the shards of no rows (empty,
+    or a CSV header, a JSON ``[]``, a Parquet file of none); None for a name that is neither a path, a
+    URL nor a glob (a hub id). A ValueError says what is wrong: a glob or folder without data files,
+    shards of several types or with other columns, no shard with rows."""
     source = str(source)
     path = Path(source)
     if is_url(source):
@@ -120,27 +129,56 @@ def data_files(source: str | Path) -> tuple[str, list[Path]] | None:
     if len(loaders) > 1:
         raise ValueError(f"{source!r} names shards of several types ({', '.join(sorted(loaders))}); keep one type.")
     loader = loaders.pop()
-    if loader == "parquet":
-        files = _with_rows(files, source)
-    for file in files:
-        if _is_blank(file):
-            raise ValueError(f"Cannot read {str(file)!r}: the file is empty.")
+    files = _with_rows(files, source, loader)
     _check_same_columns(files)
     return loader, files
 
 
-def _with_rows(files: list[Path], source: str) -> list[Path]:
-    """The Parquet shards that hold rows (Spark and pyarrow write shards of none, which the loader cannot read)."""
+def loader_pattern(file: Path) -> str:
+    """What the ``datasets`` loader is given to read ``file`` (a local path, or a
+    :class:`~hf_adapters.files.remote_files.RemoteFile` from its local copy) and no other: its path with
+    a glob's characters escaped, since the loader reads each of its ``data_files`` as a glob.
 
+    Example:
+        >>> loader_pattern(Path("/data/p[1].jsonl"))
+        '/data/p[[]1].jsonl'
+    """
+    return glob.escape(str(readable_path(file)))
+
+
+def _with_rows(files: list[Path], source: str, loader: str) -> list[Path]:
+    """The shards that hold rows: an empty file, a CSV of a header only, a JSON ``[]`` and a Parquet
+    file of none are skipped (Spark and pyarrow write such shards, which the loader cannot read); a
+    ValueError where none holds any."""
     kept = []
     for file in files:
-        with _naming(file, "parquet"):
-            if parquet_rows(file):
+        with _naming(file, loader):
+            if not _holds_no_rows(file, loader):
                 kept.append(file)
     if not kept:
         where = f"{str(files[0])!r}: the file" if len(files) == 1 else f"{source!r}: each of its {len(files)} files"
         raise ValueError(f"Cannot read {where} holds no rows.")
     return kept
+
+
+def _holds_no_rows(file: Path, loader: str) -> bool:
+    """Whether a shard holds no rows, read from its start (only as far as its first row) or, for
+    Parquet, its metadata."""
+    if loader == "parquet":
+        return not parquet_rows(file)
+    with open_data_file(file, head=True) as handle:
+        start = b""
+        while len(start) < 3 and (block := handle.read(1 << 16)):
+            start += re.sub(rb"\s+", b"", block if start else block.removeprefix(b"\xef\xbb\xbf"))
+    if loader == "json" or not start:
+        return start[:3] in (b"", b"[]")
+    try:
+        with open_data_file(file, "r", head=True, encoding="utf-8-sig", newline="") as handle:
+            rows = csv.reader(handle)
+            next(rows, None)
+            return not any(cells for cells in rows)
+    except UnicodeDecodeError:
+        return False  # the check of the whole file names the line
 
 
 def _columns(file: Path) -> list[str] | None:
@@ -218,20 +256,13 @@ def _csv_options(path: Path) -> dict[str, Any]:
     return {"keep_default_na": False, "features": Features({name: Value("string") for name in header})}
 
 
-def _is_blank(path: Path) -> bool:
-    """Whether the file holds nothing but white space (read only up to its first other byte)."""
-    with open_data_file(path, head=True) as handle:
-        while block := handle.read(1 << 16):
-            if block.strip():
-                return False
-    return True
-
-
 @contextlib.contextmanager
 def _naming(file: Path, loader: str) -> Iterator[None]:
-    """Name ``file`` in a ValueError raised while it is read."""
+    """Name ``file`` in a ValueError raised while it is read (a URL's own error names it already)."""
     try:
         yield
+    except UnreadableURL:
+        raise
     except ValueError as error:
         raise ValueError(f"Cannot read {str(file)!r} as {loader}: {error}") from None
 

@@ -8,6 +8,7 @@ import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from hf_adapters.files.remote_files import local_path
 from hf_adapters.files.score_files import check_parquet_folder
 
 
@@ -18,7 +19,11 @@ def check_output_path(output_path: str | Path, inputs: Mapping[str, str | Path |
     that is not a folder of Parquet shards), one that is or lies inside an input (``inputs``: what
     each is -> its path, such as ``{"data": ..., "config": ...}``; links followed), one that an
     input's glob matches, or any of the ``work_files`` the command writes on the way (a later run
-    would read them as data), or whose folder is a file or is not writable. Raises a ValueError."""
+    would read them as data), or whose folder is a file or is not writable. Raises a ValueError.
+
+    An input that exists is never a glob (``p[1].jsonl`` is that file); a ``file://`` URL is the path
+    it names (:func:`~hf_adapters.files.remote_files.local_path`); data at another URL is not on this
+    machine, so no output here destroys it or is read as it."""
     output = Path(output_path).absolute()
     if folder:
         check_parquet_folder(output)
@@ -27,14 +32,16 @@ def check_output_path(output_path: str | Path, inputs: Mapping[str, str | Path |
                          "refusing to replace it.")
     target = output.resolve()
     written = [target, *(Path(path).absolute() for path in work_files)]
-    for what, source in (inputs or {}).items():
-        if source is not None and glob.has_magic(str(source)):
-            if matched := next((path for path in written if _matches(path, str(source))), None):
-                name = "The output" if matched == target else f"The output's work file {matched} (of {output})"
-                raise ValueError(f"{name} matches the input {what} {source}; a rerun would read it as data.")
-        if source is None or not Path(source).exists():  # a glob or a hub id: nothing there to destroy
+    for what, given in (inputs or {}).items():
+        if given is None or (path := local_path(given)) is None:
             continue
-        source = Path(source).resolve()
+        if not path.exists() and glob.has_magic(str(path)):
+            if matched := next((file for file in written if _matches(file, str(path))), None):
+                name = "The output" if matched == target else f"The output's work file {matched} (of {output})"
+                raise ValueError(f"{name} matches the input {what} {given}; a rerun would read it as data.")
+        if not path.exists():  # a glob or a hub id: nothing there to destroy
+            continue
+        source = path.resolve()
         if target == source:
             raise ValueError(f"The output {output} is the input {what} {source}; refusing to overwrite the input.")
         if source.is_dir() and source in target.parents:

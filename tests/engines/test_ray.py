@@ -436,6 +436,26 @@ def test_shards_at_a_url_are_read_by_the_workers_as_the_local_engine_reads_their
 
 
 @pytest.mark.usefixtures("ray_cluster")
+def test_shards_whose_names_hold_glob_characters_are_each_read_once_on_ray(config, tmp_path):
+    """A folder holding ``p1.jsonl`` and ``p[1].jsonl`` is scored as both shards' rows, each once (not
+    ``p1.jsonl``'s twice), by the workers as by the local engine: the scores of one file holding both.
+
+    Round six: a file name is a name, not a glob.
+    """
+    shards = write_shards(tmp_path / "shards", [6, 5])
+    (shards / "a.jsonl").rename(shards / "p1.jsonl")
+    (shards / "b.jsonl").rename(shards / "p[1].jsonl")
+    whole = tmp_path / "whole.jsonl"
+    whole.write_bytes((shards / "p1.jsonl").read_bytes() + (shards / "p[1].jsonl").read_bytes())
+    assert score(config, whole, tmp_path / "whole-scores.jsonl") == 0
+    expected = read_jsonl(tmp_path / "whole-scores.jsonl")
+    assert score(config, shards, tmp_path / "local.jsonl") == 0
+    assert_same_scores(read_jsonl(tmp_path / "local.jsonl"), expected)
+    assert score(config, shards, tmp_path / "ray.jsonl", "--engine", "ray") == 0
+    assert_same_scores(read_jsonl(tmp_path / "ray.jsonl"), expected)
+
+
+@pytest.mark.usefixtures("ray_cluster")
 def test_streamed_shards_are_numbered_across_them_and_written_a_parquet_file_per_block(config, tmp_path):
     """``--streaming`` on Ray: the rows of three shards without ids are numbered across the shards, and
     ``--file-per-block`` leaves one Parquet file per block, named by shard file and rows, in input order;

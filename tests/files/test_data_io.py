@@ -3,8 +3,14 @@ through ``hf-adapters score`` (in memory and streamed): nothing lost, nothing si
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import http.server
 import json
 import os
+import socket
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -108,8 +114,8 @@ def test_the_shared_alpaca_list_of_records_reads_without_ids(shared_dir):
 
 @pytest.mark.parametrize(
     ("name", "content", "message"),
-    [("empty.jsonl", "", "the file is empty"), ("blank.jsonl", "\n \n", "the file is empty"),
-     ("header.csv", "instruction,input,output\n", "a header but no rows"),
+    [("empty.jsonl", "", "the file holds no rows"), ("blank.jsonl", "\n \n", "the file holds no rows"),
+     ("header.csv", "instruction,input,output\n", "the file holds no rows"),
      ("corrupt.jsonl", '{"instruction": "a", "output": "b"}\n{"instruction": "c", "output": \n',
       "Line 2 is not valid JSON"),
      ("array_line.jsonl", '{"instruction": "a", "output": "b"}\n[1, 2]\n', "Line 2 is JSON but not an object")],
@@ -279,6 +285,31 @@ def test_a_zero_row_parquet_shard_is_skipped(tmp_path, model_dir, streaming):
     assert code == 0
     code, sharded = score(tmp_path, folder, streaming, model_dir=model_dir)
     assert code == 0 and sharded.read_text(encoding="utf-8") == single.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize(("kind", "empty"), [("jsonl", ""), ("jsonl", "\n  \n"), ("json", "[ ]\n"),
+                                            ("csv", "id,instruction,input,output\n"), ("csv", "")])
+def test_an_empty_shard_of_any_type_is_skipped_unless_every_shard_is_empty(tmp_path, model_dir, capsys, kind,
+                                                                           empty):
+    """An empty JSONL, JSON or CSV shard holds no rows and is skipped, as an empty Parquet shard is;
+    shards that are all empty stay a clear error.
+
+    Round six: an empty ``.jsonl`` shard was refused while an empty Parquet shard was skipped.
+    """
+    folder = tmp_path / "shards"
+    folder.mkdir()
+    data = rows(0, 5)
+    write(folder / f"part-0.{kind}", data[:3], kind)
+    (folder / f"part-1.{kind}").write_text(empty, encoding="utf-8")
+    write(folder / f"part-2.{kind}", data[3:], kind)
+    expected = [{key: str(value) for key, value in row.items()} for row in data] if kind == "csv" else data
+    assert read_all(folder, False) == expected and read_all(folder, True) == expected
+    code, sharded = score(tmp_path, folder, False, model_dir=model_dir)
+    assert code == 0 and len(read_jsonl(sharded)) == 5
+    for name in ("part-0", "part-2"):
+        (folder / f"{name}.{kind}").write_text(empty, encoding="utf-8")
+    capsys.readouterr()
+    refused(capsys, score(tmp_path, folder, False, model_dir=model_dir)[0], "each of its 3 files holds no rows")
 
 
 @STREAMING
@@ -512,3 +543,127 @@ def test_a_url_is_read_by_score_with_the_local_files_errors(tmp_path, bucket, mo
     refused(capsys, score(tmp_path, f"{bucket}/none/*.jsonl", False, model_dir=model_dir)[0], "matches no file")
     refused(capsys, score(tmp_path, "nosuch://bucket/rows.jsonl", False, model_dir=model_dir)[0],
             "'nosuch://bucket/rows.jsonl'", "nosuch")
+
+
+# --- Data over HTTP, from a server on 127.0.0.1; what a URL that cannot be read says ----------------------
+
+
+class QuietFiles(http.server.SimpleHTTPRequestHandler):
+    """A folder's files as ``http.server`` serves them: with their size and ``Last-Modified``, no ``ETag``."""
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+class UnversionedFiles(QuietFiles):
+    """A folder's files with their size only: no header tells a changed file from the one before."""
+
+    def send_header(self, keyword: str, value: str) -> None:
+        if keyword != "Last-Modified":
+            super().send_header(keyword, value)
+
+
+@contextlib.contextmanager
+def served(folder: Path, handler: type) -> Iterator[str]:
+    """``folder`` served over HTTP on 127.0.0.1 by ``handler``, for the block; its base URL."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(handler, directory=str(folder)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def same_size_change(path: Path, when: int) -> list[dict]:
+    """Rewrite the JSONL file ``path`` (of ``rows(0, 2)``) with other rows of the same size, modified at ``when``."""
+    changed = [dict(row, output=row["output"].replace("poem", "POEM")) for row in rows(0, 2)]
+    before = path.stat().st_size
+    write(path, changed, "jsonl")
+    assert path.stat().st_size == before
+    os.utime(path, (when, when))
+    return changed
+
+
+def test_an_http_file_changed_without_a_size_change_is_fetched_again(tmp_path, model_dir, monkeypatch):
+    """A server that sends ``Last-Modified`` but no ``ETag`` (``http.server``): a change of the same
+    size is fetched again, not read from the earlier copy, and a rerun scores it rather than calling
+    the old output finished.
+
+    Round six: the version keys lacked Last-Modified, Content-MD5 and Digest.
+    """
+    monkeypatch.setenv("HF_ADAPTERS_CACHE", str(tmp_path / "cache"))
+    site = tmp_path / "site"
+    site.mkdir()
+    path = write(site / "rows.jsonl", rows(0, 2), "jsonl")
+    os.utime(path, (1_000_000, 1_000_000))
+    config, output = ppl_config(tmp_path), tmp_path / "scores.jsonl"
+    with served(site, QuietFiles) as base:
+        url = f"{base}/rows.jsonl"
+        command = ["score", config, "--data", url, "--output", str(output), "--model", model_dir, "--no-progress"]
+        assert read_all(url, False) == rows(0, 2) and main(command) == 0
+        before, scores = data_fingerprint(url), output.read_bytes()
+        changed = same_size_change(path, 2_000_000)
+        assert read_all(url, False) == changed and data_fingerprint(url) != before
+        assert main(command) == 0 and output.read_bytes() != scores
+
+
+def test_an_http_file_that_reports_no_version_is_fetched_again_by_each_process(tmp_path, monkeypatch):
+    """A server that sends a file's size and nothing that names its version: its copy is never taken
+    from an earlier process, so a change of the same size is read (and changes the fingerprint);
+    within one process it is fetched once, and its copy is named by its content."""
+    from hf_adapters.files import remote_files
+
+    monkeypatch.setenv("HF_ADAPTERS_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(remote_files, "_UNVERSIONED", {}, raising=False)
+    site = tmp_path / "site"
+    site.mkdir()
+    path = write(site / "rows.jsonl", rows(0, 2), "jsonl")
+    with served(site, UnversionedFiles) as base:
+        url = f"{base}/rows.jsonl"
+        assert read_all(url, False) == rows(0, 2)
+        before = data_fingerprint(url)
+        changed = same_size_change(path, int(path.stat().st_mtime))
+        monkeypatch.setattr(remote_files, "_UNVERSIONED", {}, raising=False)  # as a new process, a rerun, starts
+        assert read_all(url, False) == changed and data_fingerprint(url) != before
+    copies = sorted((tmp_path / "cache" / "remote").glob("*/rows.jsonl"))
+    assert len(copies) == 2 and {copy.read_bytes() for copy in copies} == {jsonl_text(rows(0, 2)),
+                                                                          jsonl_text(changed)}
+
+
+def one_error_line(capsys, code: int, *parts: str) -> None:
+    """A refused command printed one line, ``error: ...``, naming each of ``parts``."""
+    err = refused(capsys, code, *parts)
+    assert len(err.strip().splitlines()) == 1, err
+
+
+def test_an_unreachable_url_is_one_error_line_saying_so(tmp_path, model_dir, capsys):
+    """Round six: 44-87 lines of traceback became one line saying what to do."""
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{closed.getsockname()[1]}/rows.jsonl"
+    one_error_line(capsys, score(tmp_path, url, False, model_dir=model_dir)[0], url, "cannot reach it")
+
+
+def test_a_cache_folder_that_cannot_be_created_is_one_error_line_naming_its_variable(tmp_path, model_dir, capsys,
+                                                                                      monkeypatch):
+    """Round six: ``HF_ADAPTERS_CACHE`` under a file stopped data at a URL with a traceback."""
+    (tmp_path / "a-file").write_text("", encoding="utf-8")
+    monkeypatch.setenv("HF_ADAPTERS_CACHE", str(tmp_path / "a-file" / "cache"))
+    data = write(tmp_path / "rows.jsonl", rows(0, 2), "jsonl")
+    one_error_line(capsys, score(tmp_path, f"file://{data}", False, model_dir=model_dir)[0], "HF_ADAPTERS_CACHE",
+                   "cache folder")
+
+
+def test_s3_without_credentials_is_one_error_line_saying_how_to_give_them(tmp_path, model_dir, capsys, monkeypatch):
+    """Round six: ``s3://`` without credentials stopped with botocore's traceback."""
+    pytest.importorskip("s3fs")
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
+                 "AWS_DEFAULT_PROFILE", "AWS_ROLE_ARN", "AWS_WEB_IDENTITY_TOKEN_FILE", "FSSPEC_S3",
+                 "FSSPEC_S3_ANON", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    url = "s3://hf-adapters-test-no-such-bucket/rows.jsonl"
+    one_error_line(capsys, score(tmp_path, url, False, model_dir=model_dir)[0], url, "AWS_ACCESS_KEY_ID")

@@ -118,6 +118,30 @@ def test_jsonl_with_the_rows_keeps_every_column_as_it_was(tmp_path):
     assert json.loads(output) == {**rows[0], "score": 2.0}
 
 
+@pytest.mark.parametrize("streaming", [[], ["--streaming"]])
+def test_a_file_whose_name_holds_glob_characters_is_read_as_that_file(tmp_path, streaming):
+    """A folder holding ``p1.jsonl`` and ``p[1].jsonl`` is read as both, each once (not p1's rows
+    twice); ``--data 'a[1].jsonl'``, a path or a ``file://`` URL, reads that file, not ``a1.jsonl``,
+    and the job's fingerprint is that file's.
+
+    Round six: a file name is a name, not a glob.
+    """
+    folder = tmp_path / "shards"
+    folder.mkdir()
+    write_jsonl(folder / "p1.jsonl", ROWS[:2])
+    write_jsonl(folder / "p[1].jsonl", ROWS[2:5])
+
+    def ids(output: str) -> list[str]:
+        return [json.loads(line)["id"] for line in output.splitlines()]
+
+    assert ids(score(tmp_path, folder, *streaming)) == [row["id"] for row in ROWS[:5]]
+    named = write_jsonl(tmp_path / "a[1].jsonl", ROWS[5:7])
+    write_jsonl(tmp_path / "a1.jsonl", ROWS[7:9])
+    for data in (named, f"file://{named}"):
+        assert ids(score(tmp_path, data, *streaming)) == ["r05", "r06"]
+    assert data_fingerprint(named) == data_fingerprint(write_jsonl(tmp_path / "copy.jsonl", ROWS[5:7]))
+
+
 def test_an_output_matching_the_data_glob_is_refused(tmp_path, capsys):
     write_jsonl(tmp_path / "a.jsonl", ROWS)
     assert cli.main(["score", config(tmp_path), "--data", f"{tmp_path}/*.jsonl", "--output",

@@ -10,6 +10,7 @@ import pytest
 from datasets import Dataset
 
 from hf_adapters.cli import main
+from hf_adapters.files.output_paths import check_output_path
 from tests.conftest import instruction_rows, ppl_config, write_jsonl
 
 
@@ -70,3 +71,35 @@ def test_select_refuses_the_score_file_as_its_output(tmp_path, capsys):
     assert scores.read_bytes() == before
     err = capsys.readouterr().err
     assert code == 2 and ("score" in err or "input" in err)
+
+
+def test_score_refuses_an_output_that_a_file_url_of_its_data_names_or_matches(tmp_path, model_dir, capsys,
+                                                                              monkeypatch):
+    """``--data file://$PWD/rows.jsonl --output rows.jsonl`` would replace the data with its scores, and
+    an output that a ``file://`` glob matches would be read as a shard by the next run: both are
+    refused, as for the data's path.
+
+    Round six: every check of data against output sees through URLs.
+    """
+    data = write_jsonl(tmp_path / "rows.jsonl", instruction_rows())
+    before = data.read_bytes()
+    monkeypatch.chdir(tmp_path)
+    base = ["score", ppl_config(tmp_path), "--model", model_dir, "--no-progress"]
+    assert main([*base, "--data", f"file://{data}", "--output", "rows.jsonl"]) == 2
+    assert data.read_bytes() == before and "is the input data" in capsys.readouterr().err
+    assert main([*base, "--data", f"file://{tmp_path}/*.jsonl", "--output", "scores.jsonl"]) == 2
+    assert "matches the input data" in capsys.readouterr().err and not (tmp_path / "scores.jsonl").exists()
+    assert main([*base, "--data", f"file://{tmp_path}", "--output", str(tmp_path / "out" / "s.jsonl")]) == 2
+    assert "inside the input data" in capsys.readouterr().err
+
+
+def test_an_input_whose_name_holds_glob_characters_is_that_file_not_a_glob(tmp_path):
+    """``p[1].jsonl`` is the data, not a glob matching ``p1.jsonl``: an output ``p1.jsonl`` destroys
+    nothing, and the output ``p[1].jsonl`` would.
+
+    Round six: a file name is a name.
+    """
+    data = write_jsonl(tmp_path / "p[1].jsonl", instruction_rows())
+    check_output_path(tmp_path / "p1.jsonl", {"data": str(data)})
+    with pytest.raises(ValueError, match="is the input data"):
+        check_output_path(data, {"data": str(data)})
