@@ -50,17 +50,22 @@ def joined_scores(ids: list, lines: list[dict], column: str = "score", option: s
     return check_scores([line[column] for line in lines], f"the score file's `{column}`")
 
 
+#: The column that says which row of id-less data a selected row is: its 0-based position in the data.
+ROW_NUMBER = "row_number"
+
+
 def write_selected(dataset, indices: list[int], column: str, scores: list[float], path: str,
                    score_lines: list[dict] | None = None, score_columns: list[str] = ()) -> None:
     """Write the selected rows as JSONL, each as it was read (every digit of its numbers; a NaN or
-    infinity as JSON's ``NaN``/``Infinity`` tokens, as ``score --keep-columns`` writes them), with its
-    row number as ``id`` if the data has no ``id`` (the id its score file holds), its ranked score under
-    ``column``, and its ``score_columns`` from ``score_lines`` as the score file holds them."""
+    infinity as JSON's ``NaN``/``Infinity`` tokens, as ``score --keep-columns`` writes them; no ``id`` it
+    never had), then, for data without an ``id``, its :data:`ROW_NUMBER` (the id its score file holds),
+    its ``score_columns`` from ``score_lines`` as the score file holds them, and its ranked score under
+    ``column``."""
     numbered = "id" not in dataset.column_names
     with open(path, "w", encoding="utf-8") as handle:
         for index, row in zip(indices, dataset.select(indices), strict=True):
             if numbered:
-                row = {"id": index, **row}
+                row.setdefault(ROW_NUMBER, index)  # a data column of that name keeps its value
             elif row["id"] is not None:
                 row["id"] = written_id(row["id"])  # a whole float id as the integer it was
             row.update({name: json_safe(score_lines[index].get(name)) for name in score_columns})
@@ -170,7 +175,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "agree), drop rows outside the --where bounds of any score column, without a score or outside "
         "--min-score/--max-score, keep the --top fraction of all rows (rounded down) or the --top-n best (by "
         "--score-column, or by the rank product of several columns), and write them as JSONL with every score "
-        "column of the score file (and, for data without an `id`, the row number as `id`).",
+        "column of the score file (and, for data without an `id`, its row number as `row_number`).",
     )
     parser.add_argument("--data", required=True, help=f"the scored rows: {', '.join(sorted(LOADERS))} or a "
                         "save_to_disk directory")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import errno
 import json
 import logging
 import math
@@ -123,6 +124,32 @@ def test_batch_size_must_be_positive(tmp_path, data, capsys):
     with pytest.raises(SystemExit):
         cli.main(["score", config(tmp_path), "--data", str(data), "--output", "o.jsonl", "--batch-size", "0"])
     assert "must be at least 1" in capsys.readouterr().err
+
+
+def test_batch_size_none_lifts_the_configs_row_cap_and_max_batch_tokens_sets_the_token_budget(tmp_path, data,
+                                                                                               model_dir, capsys):
+    """Issue 59: the seed configs' ``batch_size: 16`` capped rows on a GPU and the command line could not
+    lift it (``none`` and 0 were refused); the token budget could not be given there at all."""
+    from hf_adapters.cli import build_parser
+    from hf_adapters.cli.score_command import planned
+
+    seed = config(tmp_path, f"name: PPLScorer\nmodel: {model_dir}\nbatch_size: 16\n")
+    args = ["score", seed, "--data", str(data), "--output", str(tmp_path / "o.jsonl"), "--no-progress"]
+    _, as_configured = planned(build_parser().parse_args(args))
+    _, lifted = planned(build_parser().parse_args([*args, "--batch-size", "none", "--max-batch-tokens", "64"]))
+    assert as_configured.config["batch_size"] == 16 and "batch_size" not in lifted.config
+    backend = lifted.build_scorer().load()
+    assert backend.batch_limits().rows == 16 and backend.batch_limits().tokens == 64  # the CPU's default rows
+    assert cli.main([*args, "--batch-size", "none", "--max-batch-tokens", "64"]) == 0
+    capsys.readouterr()
+    assert cli.main([*args, "--max-batch-tokens", "128"]) == 0  # neither is part of the job
+    assert "nothing to do" in capsys.readouterr().out
+
+
+def test_batch_size_zero_is_refused_saying_none_lifts_the_cap(tmp_path, data, capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["score", config(tmp_path), "--data", str(data), "--output", "o.jsonl", "--batch-size", "0"])
+    assert "must be at least 1, got 0, or none (no row cap" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("name", ["IFDScorer", "PPLScorer"])
@@ -360,7 +387,7 @@ def test_an_id_above_2_63_in_jsonl_is_written_back_exactly_and_the_others_stay_i
 
 def test_a_score_file_of_rows_without_ids_joins_to_its_data_by_row_number(tmp_path, capsys):
     """``select`` joins a score file to rows without ids by their numbers, and writes the selected
-    rows as they were read (without an ``id`` they never had).
+    rows as they were read (without an ``id`` they never had), with their row number (issue 59).
 
     Round five, item 6.
     """
@@ -372,7 +399,7 @@ def test_a_score_file_of_rows_without_ids_joins_to_its_data_by_row_number(tmp_pa
     assert cli.main(["select", "--data", str(data), "--scores", str(scores), "--top-n", "2",
                      "--output", str(selected)]) == 0, capsys.readouterr().err
     assert [json.loads(line) for line in selected.read_text().splitlines()] == [
-        {**rows[2], "score": 6.0}, {**rows[3], "score": 8.0}]
+        {**rows[2], "row_number": 2, "score": 6.0}, {**rows[3], "row_number": 3, "score": 8.0}]
     shuffled = [json.loads(line) for line in scores.read_text().splitlines()][::-1]
     scores.write_text("".join(json.dumps(line) + "\n" for line in shuffled), encoding="utf-8")
     assert cli.main(["select", "--data", str(data), "--scores", str(scores), "--top-n", "2",
@@ -620,3 +647,33 @@ def test_score_refuses_a_config_that_is_a_directory(tmp_path, capsys):
     folder.mkdir()
     refused_with_a_message(["score", str(folder), "--data", str(data), "--output", str(tmp_path / "o.jsonl")],
                            capsys)
+
+
+@pytest.mark.parametrize(("code", "said"), [(errno.ENOSPC, "no space left"),
+                                           (errno.EDQUOT, "the disk quota is exceeded")])
+def test_a_full_disk_says_so_and_how_many_rows_are_saved_and_the_same_command_resumes(tmp_path, capsys, monkeypatch,
+                                                                                  code, said):
+    """A full disk printed a 40-line OSError, though the parts were kept and the resume was right.
+
+    Round six: a full disk."""
+    from hf_adapters.engines import local
+
+    data = write_jsonl(tmp_path / "rows.jsonl", [{"id": i, "output": "ab" * (i % 3)} for i in range(10)])
+    output = tmp_path / "out.jsonl"
+    args = ["score", config(tmp_path), "--data", str(data), "--output", str(output), "--no-progress",
+            "--save-every", "4"]
+    appended = local.append_durably
+
+    def full_after_a_chunk(handle, data_):
+        if handle.tell():
+            raise OSError(code, os.strerror(code))
+        appended(handle, data_)
+
+    monkeypatch.setattr(local, "append_durably", full_after_a_chunk)
+    assert main(args) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: {said} on a device this job writes to, such as the one holding {tmp_path} (free some space there): "
+        f"4 of 10 rows are saved in {work_dir_for(output)}; run the same command again to resume."]
+    monkeypatch.setattr(local, "append_durably", appended)
+    assert main(args) == 0
+    assert read_jsonl(output) == [{"id": i, "score": float(2 * (i % 3)) if i % 3 else None} for i in range(10)]

@@ -321,10 +321,11 @@ def test_the_selected_file_keeps_every_score_column_of_the_score_file(tmp_path):
     assert row["chosen_by"] == 1.2 and "ifd" not in row and row["perplexity"] == 10.0
 
 
-def test_the_selected_rows_of_data_without_ids_carry_their_row_number_as_id(tmp_path):
+def test_the_selected_rows_of_data_without_ids_carry_their_row_number_and_no_id(tmp_path):
     assert main([*set_files(tmp_path, ids=False), "--score-column", "ifd", "--where", "ifd<1", "--top-n", "2"]) == 0
     selected = read_jsonl(tmp_path / "selected.jsonl")
-    assert [row["id"] for row in selected] == [0, 5] and selected[0]["instruction"] == "q0"
+    assert [row["row_number"] for row in selected] == [0, 5] and "id" not in selected[0]
+    assert list(selected[0]) == ["instruction", "output", "row_number", "perplexity", "answer_entropy", "ifd"]
 
 
 def test_a_score_column_the_data_also_has_keeps_the_datas_value_and_says_so(tmp_path, capsys):
