@@ -28,18 +28,24 @@ def steps(folder: Path, data: Path) -> list[tuple[str, list[str]]]:
     """Each step of the recipe: its name and its ``hf-adapters`` arguments."""
     out = folder / "out"
     return [
-        ("score IFD", ["score", str(CONFIGS / "ifd.yaml"), "--data", str(data), "--output", str(out / "ifd.jsonl"),
-                       "--score-columns", "all"]),
-        ("score perplexity", ["score", str(CONFIGS / "ppl.yaml"), "--data", str(data),
-                              "--output", str(out / "ppl.jsonl")]),
-        ("look: summary", ["summary", str(out / "ifd.jsonl"), "--plot", str(out / "ifd.png")]),
-        ("compare IFD with perplexity", ["compare", str(out / "ppl.jsonl"), str(out / "ifd.jsonl"), "--top-k", "50",
-                                         "--plot", str(out / "ppl_vs_ifd.png")]),
-        ("embed", ["embed", "--data", str(data), "--pooling", "last", "--output", str(out / "embeddings.npy")]),
-        ("select with diversity", ["select", "--data", str(data), "--scores", str(out / "ifd.jsonl"),
-                                   "--max-score", "1", "--top", "10%", "--diversity", "deita",
-                                   "--similarity-threshold", "0.9", "--embeddings", str(out / "embeddings.npy"),
+        ("score IFD, perplexity and entropy (a score set)",
+         ["score", str(CONFIGS / "ifd_perplexity_entropy.yaml"), "--data", str(data),
+          "--output", str(out / "scores.jsonl")]),
+        ("look: summary of every column", ["summary", str(out / "scores.jsonl")]),
+        ("look: summary of IFD, plotted", ["summary", str(out / "scores.jsonl"), "--column", "ifd",
+                                           "--plot", str(out / "ifd.png")]),
+        ("compare IFD with perplexity", ["compare", str(out / "scores.jsonl"), "--columns", "perplexity", "ifd",
+                                         "--top-k", "50", "--plot", str(out / "ppl_vs_ifd.png")]),
+        ("embed", ["embed", "--data", str(data), "--output", str(out / "embeddings.npy")]),
+        ("select with diversity", ["select", "--data", str(data), "--scores", str(out / "scores.jsonl"),
+                                   "--score-column", "ifd", "--max-score", "1", "--top", "10%",
+                                   "--diversity", "deita", "--similarity-quantile", "0.95",
+                                   "--embeddings", str(out / "embeddings.npy"),
                                    "--output", str(out / "selected.jsonl")]),
+        ("select on two scores", ["select", "--data", str(data), "--scores", str(out / "scores.jsonl"),
+                                  "--rank-product", "ifd", "perplexity:lowest", "--where", "ifd<1",
+                                  "--where", "perplexity<100", "--top", "10%",
+                                  "--output", str(out / "by_two_scores.jsonl")]),
     ]
 
 

