@@ -66,7 +66,8 @@ def read_parallel_files(paths: str | Path | Iterable[str | Path]) -> list[dict[s
             rows += read_records(path)
         else:
             lang = path.name.split(".")[0]
-            lines = path.read_text(encoding="utf-8-sig").splitlines()
+            lines = [line.removesuffix("\r") for line in path.read_text(encoding="utf-8-sig").split("\n")]
+            lines = lines[:-1] if lines and not lines[-1] else lines  # a sentence a line, at \n only (not U+2028)
             rows += [{"lang": lang, "id": number, "text": line} for number, line in enumerate(lines)]
     return rows
 

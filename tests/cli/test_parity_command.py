@@ -96,6 +96,16 @@ def test_flores_text_files_and_folders_read_as_rows(tmp_path, data_file):
         read_parallel_files(tmp_path / "missing")
 
 
+def test_a_flores_sentence_holding_a_unicode_line_separator_is_one_line(tmp_path):
+    """Issue 59 (the cause seen elsewhere): ``str.splitlines()`` also ends a line at U+2028, U+0085
+    or a form feed, which made one sentence two and gave every later sentence the next one's id."""
+    path = tmp_path / "eng_Latn.dev"
+    path.write_bytes("One\u2028still one.\r\nTwo\x0cstill two.\nThree\u0085.\n".encode())
+    assert read_parallel_files(path) == [{"lang": "eng_Latn", "id": 0, "text": "One\u2028still one."},
+                                         {"lang": "eng_Latn", "id": 1, "text": "Two\x0cstill two."},
+                                         {"lang": "eng_Latn", "id": 2, "text": "Three\u0085."}]
+
+
 def test_pair_ids_keep_the_reference_order_and_warn_of_unpaired_ids(caplog):
     grouped = group_by_language(ROWS)
     with caplog.at_level(logging.WARNING):
