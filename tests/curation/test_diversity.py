@@ -501,3 +501,11 @@ def test_select_command_takes_a_similarity_quantile_and_says_the_threshold(tmp_p
            "about 0.1 of the rows can be removed as too similar" in caplog.text
     expected, _ = diverse_selection(scores, vectors, "deita", top_n=10, similarity_quantile=0.9)
     assert [row["id"] for row in read_jsonl(tmp_path / "kept.jsonl")] == [f"r{i}" for i in expected]
+
+
+def test_select_takes_a_similarity_quantile_as_a_diversity_option():
+    scores, vectors = scored_rows(rows=40, seed=10)
+    ds = Dataset.from_dict({"ifd": scores, "embedding": vectors.tolist(), "row": list(range(40))})
+    kept = select(ds, "ifd", top_n=10, diversity="deita", similarity_quantile=0.9)
+    expected, _ = diverse_selection(scores, vectors, "deita", top_n=10, similarity_quantile=0.9)
+    assert list(kept["row"]) == expected
