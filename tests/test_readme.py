@@ -80,6 +80,16 @@ def test_the_readme_says_beside_make_test_what_it_builds_and_how_long_it_takes()
     assert all(words in opening for words in ("`make test VLLM_TESTS=0`", "3.4 GB", "minutes")), opening
 
 
+def test_the_readme_and_the_space_page_give_the_address_the_local_space_is_served_at():
+    gradio_server = pytest.importorskip("gradio.http_server")
+    if not {"GRADIO_SERVER_NAME", "GRADIO_SERVER_PORT"} & set(os.environ):
+        assert (gradio_server.LOCALHOST_NAME, gradio_server.INITIAL_PORT_VALUE) == ("127.0.0.1", 7860)
+    for page in (ROOT / "README.md", ROOT / "docs" / "space.md"):
+        text = page.read_text(encoding="utf-8")
+        assert "spaces_demo/app.py" in text and "http://127.0.0.1:7860" in text, page_name(page)
+    assert "#deploying" in (ROOT / "docs" / "space.md").read_text(encoding="utf-8")
+
+
 def test_the_pages_run_the_benchmarks_with_the_python_of_the_environment():
     """``python -m benchmarks.NAME`` needs the packages of ``.venv`` (or ``.venv-vllm``); a plain python lacks them."""
     bare = [f"{page_name(page)}: {match.group(0)}" for page in PAGES
