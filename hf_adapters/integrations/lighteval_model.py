@@ -12,9 +12,9 @@ whatever the batch:
   when the tokenizer has one, system prompt, few-shot examples), encoded with ``add_special_tokens``;
 - a choice is encoded apart from its prompt (trailing spaces moved to it), and the prompt loses tokens
   from the left so that both fit ``max_length``; an empty prompt is the start token (BOS, else EOS);
-- a response keeps up to ``max_length`` prompt tokens and gets ``generation_size`` new tokens, fewer
-  where the prompt leaves less room (at least one), cut at EOS and at the task's stop sequences (EOS
-  only with a chat template), as lighteval cuts it;
+- a response keeps up to ``max_length`` prompt tokens and gets ``generation_size`` new tokens (None: as many
+  as ``max_length`` leaves; below 1 is refused), fewer where the prompt leaves less room (at least one), cut at
+  EOS and at the task's stop sequences (EOS only with a chat template), as lighteval cuts it;
 - a perplexity text (the Doc's query) has every token scored once after the start token, in lm-eval's
   disjoint windows of ``max_length`` (lighteval 0.13's own ``transformers`` model fails on these Docs).
 
@@ -142,6 +142,9 @@ class HFAdaptersLightevalModel(LightevalModel):
 
     def __init__(self, config: ModelConfig | None = None, backend: LikelihoodBackend | None = None):
         self.config = hf_adapters_config(config)
+        if self.config.max_length is not None and self.config.max_length < 2:
+            raise ValueError(f"max_length={self.config.max_length} leaves no room for a request: it needs a token of "
+                             "context (the prompt, or the start token) and one to score or generate; give 2 or more.")
         if unsupported := self.config.generation_parameters.model_dump(exclude_defaults=True):
             raise ValueError(f"hf-adapters decodes greedily and does not apply the generation parameters "
                              f"{sorted(unsupported)}.")
@@ -211,6 +214,9 @@ class HFAdaptersLightevalModel(LightevalModel):
         if doc.num_samples > 1 or doc.use_logits:
             raise ValueError(f"hf-adapters decodes one greedy response without logits; the task {doc.task_name!r} "
                              f"asks for {doc.num_samples} samples{' with logits' if doc.use_logits else ''}.")
+        if doc.generation_size is not None and doc.generation_size < 1:
+            raise ValueError(f"The task {doc.task_name!r} asks for generation_size={doc.generation_size} new tokens: "
+                             f"give a positive number, or None for as many as max_length ({self.max_length}) leaves.")
         prompt = self.tok_encode(self.prompt_manager.prepare_prompt(doc))[-self.max_length:]
         room = self.max_length - len(prompt)
         budget = max(1, room if doc.generation_size is None else min(room, doc.generation_size))

@@ -183,3 +183,18 @@ def test_lighteval_customs_model_name_is_a_model_id_or_our_settings():
         HFAdaptersModelConfig(model_name="some/model", backend="vllm", max_length=128, add_special_tokens=False)
     with pytest.raises(ValidationError, match="trust_remote_code"):
         custom("model_name=some/model,trust_remote_code=True")
+
+
+@pytest.mark.parametrize("size", [-1, 0])
+def test_a_generation_size_below_one_is_refused_naming_the_task(model, tokenizer, size):
+    """lighteval gives ``generation_size`` no meaning below 1 (None is "as many as max_length leaves"); it was
+    read as one token."""
+    doc = Doc(query="Say hi.", choices=[""], gold_index=0, generation_size=size, task_name="greet")
+    with pytest.raises(ValueError, match=rf"The task 'greet' asks for generation_size={size} new tokens: give a "
+                                         r"positive number, or None for as many as max_length \(64\) leaves\."):
+        ours(model, tokenizer, max_length=64).greedy_until([doc])
+
+
+def test_a_max_length_that_leaves_no_room_for_a_request_is_refused_before_anything_loads():
+    with pytest.raises(ValueError, match=r"max_length=1 leaves no room for a request: .*; give 2 or more\."):
+        HFAdaptersLightevalModel(HFAdaptersModelConfig(model_name="not/loaded", max_length=1))
