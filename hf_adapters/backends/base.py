@@ -185,6 +185,19 @@ class LikelihoodBackend(ABC):
         tokens. A vector must not depend on the batch it runs in beyond float rounding."""
         raise NotImplementedError(f"{type(self).__name__} does not compute embeddings.")
 
+    def head_values(
+        self,
+        sequences: Sequence[Sequence[int]],
+        *,
+        batch_size: int | None = None,
+        progress: bool | None = None,
+    ) -> list[list[float]]:
+        """The values of a sequence classifier's head (a reward model's one score) at the last token of
+        each token sequence, in input order; a value must not depend on the batch it runs in beyond float
+        rounding. Only a backend that holds a sequence classifier computes them."""
+        raise NotImplementedError(f"{type(self).__name__} holds no sequence classifier: reward scores need a reward "
+                                  "model, loaded by the `reward-model` backend.")
+
     @classmethod
     def from_pretrained(cls, model_id: str, *, dtype: Any = None, device: Any = None) -> LikelihoodBackend:
         """The backend for a model id or path (what a config's ``model:`` names)."""

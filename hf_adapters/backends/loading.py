@@ -24,7 +24,13 @@ from typing import Any
 
 import torch
 from safetensors import SafetensorError
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import (
+    AutoModelForCausalLM,
+    AutoModelForSequenceClassification,
+    AutoTokenizer,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
 
 from hf_adapters.core.options import DEFAULT_MODEL_ID
 
@@ -283,10 +289,18 @@ def attention_implementation(device: torch.device, dtype: torch.dtype) -> str | 
     return None
 
 
+#: The transformers class a model loads as, by the task it serves: a causal LM (every likelihood), or a
+#: sequence classifier (a reward model's scalar head).
+MODEL_CLASSES = {"causal-lm": AutoModelForCausalLM, "sequence-classification": AutoModelForSequenceClassification}
+
+
 def _load_from(
-    source: ModelSource, dtype: torch.dtype, trust_remote_code: bool, attn_implementation: str | None = None
+    source: ModelSource, dtype: torch.dtype, trust_remote_code: bool, attn_implementation: str | None = None,
+    task: str = "causal-lm",
 ):
     if source.gguf_file:
+        if task != "causal-lm":
+            raise ValueError(f"a .gguf file holds a causal LM, not a model for {task}")
         return _load_gguf(source, dtype, trust_remote_code, attn_implementation)
     kwargs = {"trust_remote_code": trust_remote_code}
     if source.on_hub and hub_unavailable():
@@ -296,7 +310,7 @@ def _load_from(
     if attn_implementation:
         model_kwargs["attn_implementation"] = attn_implementation
     tokenizer = AutoTokenizer.from_pretrained(source.path, **kwargs)
-    model = AutoModelForCausalLM.from_pretrained(source.path, dtype=dtype, **model_kwargs)
+    model = MODEL_CLASSES[task].from_pretrained(source.path, dtype=dtype, **model_kwargs)
     return model.to(dtype), tokenizer
 
 
@@ -418,8 +432,10 @@ def load_model(
     dtype: str | torch.dtype | None = None,
     device: str | int | torch.device | None = None,
     trust_remote_code: bool = False,
+    task: str = "causal-lm",
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """Load a causal LM and its tokenizer once per process and return the cached pair.
+    """Load a causal LM (or, with ``task="sequence-classification"``, a sequence classifier such as a
+    reward model) and its tokenizer once per process and return the cached pair.
 
     A local model is loaded again when its files change (see ``model_identity``): the cache key holds
     their sizes, mtimes and head/tail hashes, so weights replaced at the same path are not served stale.
@@ -435,16 +451,17 @@ def load_model(
     sources = candidate_sources(model_id)
     # Local files' fingerprints are part of the key: weights replaced at the same path load again.
     files = tuple(_freeze(_local_files(source) or []) for source in sources)
-    key = (model_id, dtype, str(device), trust_remote_code, files)
+    key = (model_id, dtype, str(device), trust_remote_code, task, files)
     with _CACHE_LOCK:
         if key in _CACHE:
             return _CACHE[key]
-        for stale in [cached for cached in _CACHE if cached[:4] == key[:4]]:
+        for stale in [cached for cached in _CACHE if cached[:5] == key[:5]]:
             del _CACHE[stale]
         failures = []
         for source in sources:
             try:
-                model, tokenizer = _load_from(source, dtype, trust_remote_code, attention_implementation(device, dtype))
+                model, tokenizer = _load_from(source, dtype, trust_remote_code, attention_implementation(device, dtype),
+                                              task)
             except (OSError, ValueError, ImportError, RuntimeError, SafetensorError) as error:
                 failures.append(f"  {source}: {type(error).__name__}: {str(error).splitlines()[0][:300]}")
                 continue

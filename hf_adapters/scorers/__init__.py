@@ -15,7 +15,16 @@ from hf_adapters.scorers.entropy_scorers import AnswerEntropyScorer, HESScorer, 
 from hf_adapters.scorers.excess_loss_scorer import ConversationExcessLossScorer, ExcessLossScorer, TextExcessLossScorer
 from hf_adapters.scorers.ifd_scorer import IFDScorer
 from hf_adapters.scorers.ifeval_scorer import IFEvalScorer
-from hf_adapters.scorers.judgment_scorers import AskLlmScorer, DeitaCScorer, DeitaQScorer, SelectitTokenScorer
+from hf_adapters.scorers.judgment_scorers import (
+    AskLlmScorer,
+    AtheneScorer,
+    DeitaCScorer,
+    DeitaQScorer,
+    InfOrmScorer,
+    RewardModelScorer,
+    SelectitTokenScorer,
+    SkyworkRewardScorer,
+)
 from hf_adapters.scorers.parity_scorer import InformationParityScorer
 from hf_adapters.scorers.perplexity_scorers import PerplexityScorer, PPLScorer
 from hf_adapters.scorers.score_set import ScoreSet
@@ -26,6 +35,7 @@ __all__ = [
     "SCORERS",
     "AnswerEntropyScorer",
     "AskLlmScorer",
+    "AtheneScorer",
     "ConfigError",
     "ConversationIFDScorer",
     "ConversationExcessLossScorer",
@@ -36,14 +46,17 @@ __all__ = [
     "HESScorer",
     "IFDScorer",
     "IFEvalScorer",
+    "InfOrmScorer",
     "InformationParityScorer",
     "ModelRowScorer",
     "NormLossScorer",
     "PPLScorer",
     "PerplexityScorer",
+    "RewardModelScorer",
     "RowScorer",
     "ScoreSet",
     "SelectitTokenScorer",
+    "SkyworkRewardScorer",
     "TextExcessLossScorer",
     "UPDScorer",
     "build_scorer",

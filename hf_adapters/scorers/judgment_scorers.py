@@ -1,15 +1,19 @@
 """Scores from a model's judgment of each instruction row, under OpenDataArena-Tool's scorer names:
-``DeitaCScorer`` and ``DeitaQScorer`` (DEITA's complexity and quality), ``AskLlmScorer`` and
-``SelectitTokenScorer``. Their configs run as OpenDataArena-Tool's do (``model``, ``max_length``,
-``batch_size`` and each scorer's own keys)."""
+``DeitaCScorer`` and ``DeitaQScorer`` (DEITA's complexity and quality), ``AskLlmScorer``,
+``SelectitTokenScorer`` and the reward models (``RewardModelScorer``, and ``SkyworkRewardScorer``,
+``AtheneScorer``, ``InfOrmScorer`` with their models as defaults). Their configs run as
+OpenDataArena-Tool's do (``model``, ``max_length``, ``batch_size`` and each scorer's own keys)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any, ClassVar
 
+from hf_adapters.backends import LikelihoodBackend, RewardModelBackend
 from hf_adapters.formulas.ask_llm import AskLlmOptions, score_ask_llm
 from hf_adapters.formulas.deita import DeitaOptions, score_deita
+from hf_adapters.formulas.reward import RewardOptions, score_reward
 from hf_adapters.formulas.selectit import SelectitOptions, score_selectit
 from hf_adapters.scorers.base import ModelRowScorer, register_scorer
 
@@ -126,3 +130,67 @@ class SelectitTokenScorer(InstructionRowScorer):
     outputs = ("selectit",)
     result_keys = ("selectit_scores",)
     formula = staticmethod(score_selectit)
+
+
+@register_scorer
+class RewardModelScorer(InstructionRowScorer):
+    """A reward model's score of each row: the scalar head of a decoder sequence classifier at the last token
+    of the chat-templated row; see :mod:`hf_adapters.formulas.reward`. The model loads on the
+    ``reward-model`` backend (:class:`~hf_adapters.backends.RewardModelBackend`). Each named subclass
+    defaults to the model OpenDataArena-Tool's scorer of that name reads.
+
+    Example config::
+
+        name: RewardModelScorer
+        model: path/to/Skywork-Reward-V2-Llama-3.1-8B-40M
+        max_length: 4096
+    """
+
+    name = "RewardModelScorer"
+    option_spec = RewardOptions
+    outputs = ("reward",)
+    result_keys = ("rewards",)
+    formula = staticmethod(score_reward)
+    #: The model a config without ``model`` reads.
+    default_model: ClassVar[str | None] = None
+
+    def __init_subclass__(cls, **kwargs: Any):
+        super().__init_subclass__(**kwargs)
+        if cls.default_model:
+            cls.options = {**cls.options, "model": cls.default_model}
+
+    def load(self) -> LikelihoodBackend:
+        """The reward model: the caller's backend, one around the caller's model, else ``model`` loaded by
+        the ``reward-model`` backend."""
+        if self._backend is None:
+            if self.run.model is not None:
+                self._backend = RewardModelBackend(self.run.model, self.run.tokenizer)
+            else:
+                backend = self.run.backend if self.run.backend is not None else RewardModelBackend.name
+                self._backend = replace(self.run, backend=backend).load()
+        return self._backend
+
+
+@register_scorer
+class SkyworkRewardScorer(RewardModelScorer):
+    """Skywork-Reward's score of each row (``Skywork/Skywork-Reward-V2-Llama-3.1-8B-40M`` by default)."""
+
+    name = "SkyworkRewardScorer"
+    default_model = "Skywork/Skywork-Reward-V2-Llama-3.1-8B-40M"
+
+
+@register_scorer
+class AtheneScorer(RewardModelScorer):
+    """Athene-RM's score of each row (``Nexusflow/Athene-RM-8B`` by default; its architecture needs its own
+    code, so that model is refused with a line naming it)."""
+
+    name = "AtheneScorer"
+    default_model = "Nexusflow/Athene-RM-8B"
+
+
+@register_scorer
+class InfOrmScorer(RewardModelScorer):
+    """INF-ORM's score of each row (``infly/INF-ORM-Llama3.1-70B`` by default)."""
+
+    name = "InfOrmScorer"
+    default_model = "infly/INF-ORM-Llama3.1-70B"

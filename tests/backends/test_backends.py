@@ -154,7 +154,8 @@ def test_register_backend_needs_a_name():
 
 
 @pytest.mark.parametrize(("options", "message"), [
-    ({"backend": "vllm-nonexistent"}, r"Unknown backend 'vllm-nonexistent'; valid backends: \['transformers'"),
+    ({"backend": "vllm-nonexistent"},
+     r"Unknown backend 'vllm-nonexistent'; valid backends: \['reward-model', 'transformers'"),
     ({"backend": 3}, "must be a LikelihoodBackend or a backend name"),
 ])
 def test_a_bad_backend_is_refused_before_anything_loads(options, message, load_calls):
@@ -345,3 +346,10 @@ def test_a_job_with_a_registered_backend_breaking_the_contract_stops_with_one_li
     assert code == 2
     [line] = [line for line in err.splitlines() if line.startswith("error:")]
     assert "'faulty'" in line and "returned 3 scores for 4 items" in line and "PPLScorer" not in line
+
+
+def test_a_token_budget_for_a_backend_that_batches_by_itself_is_refused_before_loading():
+    with pytest.raises(ValueError, match="`max_batch_tokens` bounds the transformers backend's batches; the 'vllm'"):
+        BackendOptions(backend="vllm", max_batch_tokens=4096)
+    with pytest.raises(ValueError, match="`max_batch_tokens` must be a positive integer, got 0"):
+        BackendOptions(max_batch_tokens=0)

@@ -41,9 +41,9 @@ def count_loads(monkeypatch):
     calls = []
     original = models._load_from
 
-    def counting(source, dtype, trust_remote_code, attn_implementation=None):
+    def counting(source, dtype, trust_remote_code, attn_implementation=None, task="causal-lm"):
         calls.append(source)
-        return original(source, dtype, trust_remote_code, attn_implementation)
+        return original(source, dtype, trust_remote_code, attn_implementation, task)
 
     monkeypatch.setattr(models, "_load_from", counting)
     models.clear_model_cache()

@@ -9,7 +9,8 @@ log-softmax runs in float32 whatever the model's dtype, on chunks of positions (
 whose logits fit in cache). On the CPU, float32 linear layers run on the faster of the default
 BLAS and oneDNN, measured on the model (:mod:`hf_adapters.backends.transformers.cpu_kernels`). An item whose whole
 sequence begins the next item's (the turns of one conversation, a repeated row), or all of it but its
-last token (the rating labels after one prompt), is scored within that item's forward pass. Scores do not depend on batch size, order or padding beyond float rounding.
+last token (the rating labels after one prompt), is scored within that item's forward pass. Scores do
+not depend on batch size, order or padding beyond float rounding.
 """
 
 from __future__ import annotations
