@@ -2,7 +2,8 @@
 
 Nothing outside this package imports from it. The subcommands' modules are imported by :func:`main`
 itself, so that a Ctrl-C while the command starts is answered like one at any later point: one line
-saying what is saved, and exit status 130 (:data:`INTERRUPTED`).
+saying what is saved, and exit status 130 (:data:`INTERRUPTED`). A SIGTERM (what Slurm, Kubernetes and
+``timeout`` send) is answered with the same line, and exit status 143 (:data:`TERMINATED`).
 """
 
 from __future__ import annotations
@@ -28,8 +29,15 @@ SUBCOMMANDS = ("compare_command", "demo_command", "embed_command", "ifeval_comma
                "parity_command", "perplexity_command", "score_command", "select_command", "summary_command")
 #: The exit status of a command stopped by Ctrl-C (128 + SIGINT), as a shell gives it.
 INTERRUPTED = 130
+#: The exit status of a command stopped by SIGTERM (128 + SIGTERM), as a shell gives it.
+TERMINATED = 143
 #: What a Ctrl-C before the command itself has begun says.
 INTERRUPTED_STARTING = "Interrupted while starting, before anything was written; run the same command again."
+
+
+class Terminated(KeyboardInterrupt):
+    """A SIGTERM, raised where a Ctrl-C raises KeyboardInterrupt: every command stops on it as on a
+    Ctrl-C, saying what is saved, and :func:`main` returns :data:`TERMINATED`."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -52,20 +60,23 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     A Ctrl-C (SIGINT) at any point, while the command starts included, prints one line saying what
     is saved and returns :data:`INTERRUPTED`. Where ``argv`` is None (the process is this command),
-    a second Ctrl-C while the first is being handled exits at once, with the same status."""
+    a SIGTERM does the same and returns :data:`TERMINATED`, and a second signal while the first is
+    being handled exits at once."""
     state: dict[str, Any] = {}
-    with _sigint_watched(process=argv is None) as watch:
+    with _signals_watched(process=argv is None) as watch:
         try:
-            return _main(argv, state, watch)
+            status = _main(argv, state, watch)
         except BaseException as error:
             if not (isinstance(error, KeyboardInterrupt) or watch.received):
                 raise
             message = interrupted_message(state.get("args"), interrupted_imports(error))
+        else:
+            return watch.status if watch.received and status == INTERRUPTED else status
         print(message, file=sys.stderr, flush=True)
-        return INTERRUPTED
+        return watch.status if watch.received else INTERRUPTED
 
 
-def _main(argv: Sequence[str] | None, state: dict[str, Any], watch: _SigintWatch) -> int:
+def _main(argv: Sequence[str] | None, state: dict[str, Any], watch: _SignalWatch) -> int:
     from hf_adapters.core.openmp import wait_passively
 
     wait_passively()  # before any command imports torch
@@ -75,10 +86,10 @@ def _main(argv: Sequence[str] | None, state: dict[str, Any], watch: _SigintWatch
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     from hf_adapters.engines import ENGINES
 
-    parser = build_parser()
-    args, rest = parser.parse_known_args(argv)
-    parsed_engines = set(ENGINES)
     try:
+        parser = build_parser()  # a ValueError for engines whose options clash
+        args, rest = parser.parse_known_args(argv)
+        parsed_engines = set(ENGINES)
         with _stdout_held_unless(watch):
             import_plugins(args)
             if _engine_added(args, parsed_engines):  # a plugin's or a package's engine: its options join the parser
@@ -175,7 +186,7 @@ def _not_imported_again(names: Sequence[str]) -> Iterator[None]:
 
 
 @contextmanager
-def _stdout_held_unless(watch: _SigintWatch) -> Iterator[None]:
+def _stdout_held_unless(watch: _SignalWatch) -> Iterator[None]:
     """What the body prints to stdout, written after it unless a Ctrl-C came: a library whose import
     the Ctrl-C cuts short may print its own "Error importing ..." line, and the command's one line on
     stderr is then all that a Ctrl-C leaves."""
@@ -201,30 +212,42 @@ def _package_logging(verbose: bool) -> Iterator[None]:
         package.setLevel(level)
 
 
-class _SigintWatch:
-    """Whether a SIGINT came while a command ran (a library may turn its KeyboardInterrupt into
-    another error), and what a second one does.
+class _SignalWatch:
+    """Whether a SIGINT or a SIGTERM came while a command ran (a library may turn the KeyboardInterrupt
+    it raises into another error), the exit status it asks for, and what a second one does.
 
-    A SIGINT handled while a finalizer (``__del__``) runs raises its KeyboardInterrupt there, where
+    A signal handled while a finalizer (``__del__``) runs raises its KeyboardInterrupt there, where
     Python can only report it as "Exception ignored" and go on: :meth:`unraisable` (the process's
     ``sys.unraisablehook`` while watched) raises it again in the main thread instead."""
 
     def __init__(self, process: bool) -> None:
         self.process, self.received, self.ignored, self.lost = process, False, False, False
+        self.signum = signal.SIGINT
         self.unraisablehook = sys.unraisablehook
 
+    @property
+    def status(self) -> int:
+        """The exit status of a command the signal received stopped: :data:`TERMINATED` for a SIGTERM,
+        else :data:`INTERRUPTED`."""
+        return TERMINATED if self.signum == signal.SIGTERM else INTERRUPTED
+
+    def stop(self) -> KeyboardInterrupt:
+        """What the signal received raises: a KeyboardInterrupt, a :class:`Terminated` for a SIGTERM."""
+        return Terminated() if self.signum == signal.SIGTERM else KeyboardInterrupt()
+
     def __call__(self, signum: int, frame: FrameType | None) -> None:
-        if self.lost:  # the first Ctrl-C again, not a second one
+        if self.lost:  # the first signal again, not a second one
             self.lost = False
-            raise KeyboardInterrupt
+            raise self.stop()
         if self.received and self.process:
             print("Interrupted again: stopped at once.", file=sys.stderr, flush=True)
-            os._exit(INTERRUPTED)
-        self.received = True
-        raise KeyboardInterrupt
+            os._exit(self.status)
+        self.received, self.signum = True, signum
+        raise self.stop()
 
     def unraisable(self, unraisable: Any) -> None:
-        if self.received and unraisable.exc_type is KeyboardInterrupt:
+        if self.received and isinstance(unraisable.exc_type, type) and issubclass(unraisable.exc_type,
+                                                                                  KeyboardInterrupt):
             self.lost = True  # raised again from another thread once the finalizer is left (else lost again)
             again = threading.Timer(0.01, self.send_again)
             again.daemon = True
@@ -233,36 +256,42 @@ class _SigintWatch:
             self.unraisablehook(unraisable)
 
     def send_again(self) -> None:
-        """The lost Ctrl-C again, unless another SIGINT raised it meanwhile: a SIGINT for the main
-        thread, which wakes it from a sleep (simulated where threads cannot be signalled: Windows)."""
+        """The lost signal again, unless another signal raised it meanwhile: sent to the main thread,
+        which wakes it from a sleep (simulated where threads cannot be signalled: Windows)."""
         if not self.lost:
             return
         if hasattr(signal, "pthread_kill"):
-            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+            signal.pthread_kill(threading.main_thread().ident, self.signum)
         else:
-            _thread.interrupt_main(signal.SIGINT)
+            _thread.interrupt_main(self.signum)
 
 
 @contextmanager
-def _sigint_watched(process: bool) -> Iterator[_SigintWatch]:
+def _signals_watched(process: bool) -> Iterator[_SignalWatch]:
     """Watch SIGINT while the body runs, where Python's own handler would raise KeyboardInterrupt
-    (the main thread, a handler not set by the caller). A SIGINT ignored from the start (a background
-    job of a shell without job control) stays ignored, as the shell meant; ``--verbose`` says so.
-    A process interrupted ignores SIGINT once the command has returned: while it exits, Python puts
-    back the default action, and a second Ctrl-C would end it by the signal instead of status 130."""
-    watch = _SigintWatch(process)
+    (the main thread, a handler not set by the caller), and, where the process is this command,
+    SIGTERM where it has its default action (ending the process without a word). A signal ignored
+    from the start (a background job of a shell without job control ignores SIGINT) stays ignored, as
+    the shell meant; ``--verbose`` says so of SIGINT. A process stopped by one ignores both once the
+    command has returned: while it exits, Python puts back the default actions, and a second signal
+    would end it by the signal instead of its exit status."""
+    watch = _SignalWatch(process)
     if threading.current_thread() is not threading.main_thread():
         yield watch
         return
-    previous = signal.getsignal(signal.SIGINT)
-    watch.ignored = previous is signal.SIG_IGN
-    if previous is not signal.default_int_handler:
+    previous = {signal.SIGINT: signal.getsignal(signal.SIGINT), signal.SIGTERM: signal.getsignal(signal.SIGTERM)}
+    watch.ignored = previous[signal.SIGINT] is signal.SIG_IGN
+    watched = [signal.SIGINT] if previous[signal.SIGINT] is signal.default_int_handler else []
+    watched += [signal.SIGTERM] if process and previous[signal.SIGTERM] is signal.SIG_DFL else []
+    if not watched:
         yield watch
         return
-    signal.signal(signal.SIGINT, watch)
+    for signum in watched:
+        signal.signal(signum, watch)
     sys.unraisablehook = watch.unraisable
     try:
         yield watch
     finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN if process and watch.received else previous)
+        for signum in watched:
+            signal.signal(signum, signal.SIG_IGN if process and watch.received else previous[signum])
         sys.unraisablehook = watch.unraisablehook

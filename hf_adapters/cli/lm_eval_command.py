@@ -6,8 +6,9 @@
 For the model ``hf-adapters``, ``batch_size``, ``max_batch_size`` and ``device`` in ``--model_args`` are
 lm-eval's own ``--batch_size``, ``--max_batch_size`` and ``--device`` (which lm-eval passes to every
 model, its defaults when not given): each is given to lm-eval once, from where it was named, and a
-value named in both places with two values is refused. Refused model arguments, a missing model and
-a task's missing data are one ``error:`` line and exit status 2.
+value named in both places with two values is refused. Refused model arguments, a missing model, a
+task's missing data and what lm-eval's own checks of its arguments refuse (an unknown task) are one
+``error:`` line and exit status 2.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ import os
 import sys
 from collections.abc import Iterator
 from typing import Any
+
+#: The module of lm-eval that checks its command line's arguments (lm-eval 0.4.13).
+LM_EVAL_CONFIG_MODULE = "lm_eval.config.evaluate_config"
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -60,7 +64,30 @@ def run(args: argparse.Namespace) -> int:
     except (LMEvalUsageError, ModelLoadError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except ValueError as error:
+        if not _refused_by_lm_evals_config(error):
+            raise
+        print(f"error: {_with_a_hint(error)}", file=sys.stderr)
+        return 2
     return 0
+
+
+def _refused_by_lm_evals_config(error: ValueError) -> bool:
+    """Whether lm-eval's own checks of its arguments raised ``error`` (an unknown task, a config file that
+    cannot be read, options that do not go together), not a failure while it evaluates."""
+    traceback = error.__traceback__
+    while traceback is not None and traceback.tb_next is not None:
+        traceback = traceback.tb_next
+    return traceback is not None and traceback.tb_frame.f_globals.get("__name__") == LM_EVAL_CONFIG_MODULE
+
+
+def _with_a_hint(error: ValueError) -> str:
+    """lm-eval's message in one line, with what to do where it names tasks not found."""
+    message = " ".join(str(error).split())
+    if message.startswith("Tasks not found"):
+        message += (". `hf-adapters lm-eval ls tasks` lists lm-eval's tasks (ours: information_parity); "
+                    "--include_path adds a folder of task configs")
+    return message
 
 
 @contextlib.contextmanager

@@ -6,13 +6,16 @@ default engine, ``local``, is our own chunk runner: it runs in this process, or 
 of ``accelerate launch`` (one shard per process), and resumes where a killed run stopped; see
 ``hf_adapters.engines.local``. With ``--engine ray`` a pool of Ray actors scores the rows instead, on a
 cluster or on this machine (not resumable); see ``hf_adapters.engines.ray``. Each engine declares its
-own options. Ctrl-C stops any of them with one line saying what is saved, and exit status 130.
+own options. Ctrl-C stops any of them with one line saying what is saved, and exit status 130 (a
+SIGTERM: the same line, and 143); so does a full disk, with exit status 1: the rows saved are kept.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
+from typing import Any
 
 from hf_adapters.cli.arguments import add_model_arguments, add_progress_argument, hide_library_progress, positive_int
 from hf_adapters.engines import (
@@ -32,6 +35,8 @@ from hf_adapters.files.score_files import OUTPUT_FORMATS, OutputFormat
 
 #: The exit status of a command stopped by Ctrl-C (128 + SIGINT), as a shell gives it.
 INTERRUPTED = 130
+#: What a write's errno says of a full device.
+FULL_DISK = {errno.ENOSPC: "no space left", errno.EDQUOT: "the disk quota is exceeded"}
 
 
 def score_columns_argument(text: str) -> str | tuple[str, ...]:
@@ -82,9 +87,33 @@ def add_parser(subparsers) -> None:
     add_progress_argument(parser)
     parser.add_argument("--engine", type=engine_name, default=DEFAULT_ENGINE, metavar=f"{{{','.join(ENGINES)}}}",
                         help=engines_help())
-    for cls in ENGINES.values():
-        cls.add_arguments(parser.add_argument_group(cls.title, cls.description))
+    add_engine_options(parser)
     parser.set_defaults(run=run)
+
+
+def add_engine_options(parser: argparse.ArgumentParser) -> None:
+    """Add each registered engine's options to ``parser``, under the engine's heading. An engine that
+    inherits its options from another (a subclass of LocalEngine that keeps ``add_arguments``) shares
+    them; an option of another engine's, or of the command's own, is a ValueError naming both."""
+    owners: dict[str, str] = {}  # an engine's flag -> the engine that added it
+    added: set[Any] = set()  # the add_arguments that have added their options
+    for name, cls in ENGINES.items():
+        adds = getattr(cls.add_arguments, "__func__", cls.add_arguments)
+        if adds in added:
+            continue
+        added.add(adds)
+        label = f"the engine {name!r} ({cls.__module__}.{cls.__qualname__})"
+        try:
+            flags = [flag for action in cls.options() for flag in action.option_strings]
+            if taken := [flag for flag in flags if flag in parser._option_string_actions]:
+                owner = f"the engine {owners[taken[0]]!r}" if taken[0] in owners else "`hf-adapters score` itself"
+                raise ValueError(f"{label} adds the option {taken[0]}, which {owner} has already: give its options "
+                                 "names of their own in its add_arguments (a subclass that keeps its parent's options "
+                                 "inherits add_arguments unchanged).")
+            cls.add_arguments(parser.add_argument_group(cls.title, cls.description))
+        except argparse.ArgumentError as error:
+            raise ValueError(f"{label} cannot add its options: {error}.") from None
+        owners.update(dict.fromkeys(flags, name))
 
 
 def engines_help() -> str:
@@ -126,18 +155,37 @@ def run(args: argparse.Namespace) -> int:
         if state.is_main_process:
             print(engine.interrupted_message(job), file=sys.stderr)
         return INTERRUPTED
+    except OSError as error:
+        if (full := full_disk(error, job)) is None:
+            raise
+        if state.is_main_process:
+            print(engine.stopped_message(job, full), file=sys.stderr)
+        return 1
     if state.is_main_process:
         print(summary_line(summary, args.output))
     return 0
 
 
+def full_disk(error: OSError, job: ScoringJob) -> str | None:
+    """What stopped ``job`` when a write failed with ``error`` on a full device (no space left, or the
+    disk quota exceeded), as an ``error:`` line begins, naming where; None for another error."""
+    said = FULL_DISK.get(error.errno)
+    if said is None:
+        return None
+    where = (f"the device holding {error.filename}" if error.filename else
+             f"a device this job writes to, such as the one holding {job.output_path.absolute().parent}")
+    return f"error: {said} on {where} (free some space there)"
+
+
 def planned(args: argparse.Namespace) -> tuple[Engine, ScoringJob]:
     """The engine ``args`` names, built from its options (another engine's options are refused by
-    flag), and the job they describe."""
+    flag, unless it takes the same one), and the job they describe."""
+    chosen = engine_class(args.engine)
+    takes = {flag for action in chosen.options() for flag in action.option_strings}
     for name, cls in ENGINES.items():
-        if name != args.engine and (given := cls.options_given(args)):
+        if name != args.engine and (given := [flag for flag in cls.options_given(args) if flag not in takes]):
             raise ValueError(f"{', '.join(given)}: only with --engine {name}.")
-    engine = engine_class(args.engine).from_arguments(args)
+    engine = chosen.from_arguments(args)
     job = ScoringJob.plan(args.config, data=args.data, output=args.output, split=args.split, streaming=args.streaming,
                           output_format=args.output_format, keep_columns=args.keep_columns,
                           rows_per_shard=args.rows_per_shard, score_columns=args.score_columns, model=args.model,

@@ -1,12 +1,13 @@
-"""User code that adds backends and scorers: entry points of installed packages, and plugin modules.
+"""User code that adds backends, scorers and engines: entry points of installed packages, and plugin modules.
 
 A package declares its classes in the entry point groups :data:`BACKEND_GROUP`, :data:`SCORER_GROUP`
 and :data:`ENGINE_GROUP` (``NAME = "module:Class"``); the registries import one only when a config
 (or ``--engine``) names ``NAME`` and nothing registered has that name, so that no user code runs otherwise. A plugin
 module (``--plugin MODULE`` or :data:`PLUGINS_VARIABLE`) is imported by the command line before it
-reads a config, and registers what it defines itself (``register_backend``, ``register_scorer``).
-Neither may take a built-in backend's or scorer's name: a config naming ``PPLScorer`` or
-``transformers`` always scores with the package's own class.
+reads a config, and registers what it defines itself (``register_backend``, ``register_scorer``,
+``register_engine``). Neither may take a built-in backend's, scorer's or engine's name: a config
+naming ``PPLScorer`` or ``transformers`` always scores with the package's own class, and
+``--engine local`` (or no ``--engine``) always runs the package's own engine.
 
 Importing this module imports neither torch nor any plugin.
 """
@@ -71,7 +72,7 @@ def plugin_modules(option: Iterable[str] | None, environ: Mapping[str, str] = os
 
 def import_plugins(modules: Iterable[tuple[str, str]]) -> None:
     """Import each (module, where it was named) of :func:`plugin_modules`; a PluginError names the
-    first that fails: one that raises, calls ``sys.exit`` or replaces a built-in backend or scorer."""
+    first that fails: one that raises, calls ``sys.exit`` or replaces a built-in backend, scorer or engine."""
     for module, source in modules:
         try:
             importlib.import_module(module)
@@ -83,24 +84,28 @@ def import_plugins(modules: Iterable[tuple[str, str]]) -> None:
             raise PluginError(f"cannot import the plugin module {module!r} ({source}): {_one_line(error)}"
                               + (" (is its folder on PYTHONPATH?)" if _is_missing(module, error) else "")) from error
         if replaced := replaced_builtins():
-            raise PluginError(f"the plugin module {module!r} ({source}) replaced the built-in {' and '.join(replaced)}"
-                              " in the registry; register its class under a name of its own and name that in the "
-                              "config.")
+            named = " or ".join(dict.fromkeys(_REGISTRIES[kind][3] for kind, _ in replaced))
+            builtins = " and ".join(f"{kind} {name!r}" for kind, name in replaced)
+            raise PluginError(f"the plugin module {module!r} ({source}) replaced the built-in {builtins} in the "
+                              f"registry; register its class under a name of its own and name that {named}.")
 
 
-#: The registries of the package, by the module holding them: their name and what they hold.
-_REGISTRIES = {"hf_adapters.backends": ("BACKENDS", "BUILTIN_BACKENDS", "backend"),
-               "hf_adapters.scorers.base": ("SCORERS", "BUILTIN_SCORERS", "scorer")}
+#: The registries of the package, by what they hold: the module holding them, their name, the name of
+#: their built-ins, and where a user names what they hold.
+_REGISTRIES = {"backend": ("hf_adapters.backends", "BACKENDS", "BUILTIN_BACKENDS", "in the config"),
+               "scorer": ("hf_adapters.scorers.base", "SCORERS", "BUILTIN_SCORERS", "in the config"),
+               "engine": ("hf_adapters.engines", "ENGINES", "BUILTIN_ENGINES", "with --engine")}
 
 
-def replaced_builtins() -> list[str]:
-    """The built-in backends and scorers (``backend 'transformers'``...) whose name the registries of the
-    modules imported so far map to another class; a registry not imported yet holds only built-ins."""
+def replaced_builtins() -> list[tuple[str, str]]:
+    """The built-in backends, scorers and engines (``("backend", "transformers")``...) whose name the
+    registries of the modules imported so far map to another class; a registry not imported yet holds
+    only built-ins."""
     replaced = []
-    for module_name, (registry, builtins, kind) in _REGISTRIES.items():
+    for kind, (module_name, registry, builtins, _) in _REGISTRIES.items():
         if (module := sys.modules.get(module_name)) is not None:
             current = getattr(module, registry)
-            replaced += [f"{kind} {name!r}" for name, cls in getattr(module, builtins).items()
+            replaced += [(kind, name) for name, cls in getattr(module, builtins).items()
                          if current.get(name) is not cls]
     return replaced
 

@@ -32,9 +32,14 @@ DEFAULT_ENGINE = "local"
 
 def register_engine(cls: type[Engine]) -> type[Engine]:
     """Class decorator: make ``cls`` available as ``--engine cls.name``. A ValueError for a class
-    without a name, or with a built-in engine's name or earlier name (``local``, ``accelerate``, ``ray``)."""
+    without a name, with a built-in engine's name or earlier name (``local``, ``accelerate``, ``ray``),
+    or that does not define the methods an engine must (``run``, ``interrupted_message``)."""
     if not cls.name:
         raise ValueError(f"{cls.__name__} needs a `name` to be registered.")
+    if missing := sorted(getattr(cls, "__abstractmethods__", ())):
+        raise ValueError(f"{cls.__module__}.{cls.__qualname__} cannot be registered as the engine {cls.name!r}: it "
+                         f"does not define {' and '.join(missing)}. An engine defines run(job) and "
+                         "interrupted_message(job); see docs/guides/adding_an_engine.md.")
     taken = BUILTIN_ENGINES.get(ENGINE_ALIASES.get(cls.name, cls.name), cls)
     if taken is not cls:
         raise ValueError(f"{cls.__module__}.{cls.__qualname__} cannot be registered as the engine {cls.name!r}: that "

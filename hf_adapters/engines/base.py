@@ -240,11 +240,16 @@ class Engine(ABC):
         return cls()
 
     @classmethod
-    def options_given(cls, args: argparse.Namespace) -> list[str]:
-        """The flags of this engine's options that ``args`` gives (a value other than their default)."""
+    def options(cls) -> list[argparse.Action]:
+        """The options :meth:`add_arguments` adds, on a parser of their own."""
         parser = argparse.ArgumentParser(add_help=False)
         cls.add_arguments(parser.add_argument_group())
-        return [action.option_strings[0] for action in parser._actions
+        return parser._actions
+
+    @classmethod
+    def options_given(cls, args: argparse.Namespace) -> list[str]:
+        """The flags of this engine's options that ``args`` gives (a value other than their default)."""
+        return [action.option_strings[0] for action in cls.options()
                 if getattr(args, action.dest, action.default) != action.default]
 
     @abstractmethod
@@ -260,3 +265,9 @@ class Engine(ABC):
     @abstractmethod
     def interrupted_message(self, job: ScoringJob) -> str:
         """What a Ctrl-C during :meth:`run` leaves behind, in one line: what is saved, and how to go on."""
+
+    def stopped_message(self, job: ScoringJob, stopped: str) -> str:
+        """What :meth:`run` stopped by something other than a Ctrl-C leaves behind, in one line beginning
+        with ``stopped``, what stopped it (``error: no space left on the device holding ...``): by default
+        ``stopped``, then :meth:`interrupted_message`. A resumable engine says the rows saved instead."""
+        return f"{stopped}. {self.interrupted_message(job)}"

@@ -160,13 +160,14 @@ def rows_without_manifest(work_dir: Path) -> tuple[int, int | None]:
     return (total, total) if isinstance(total, int) else (0, None)
 
 
-def interrupted_line(saved: int, total: int | None, work_dir: Path) -> str:
-    """What a Ctrl-C prints of a resumable job: the ``saved`` rows (of ``total``, where known) in ``work_dir``,
-    and that the same command resumes; or that nothing was saved."""
+def interrupted_line(saved: int, total: int | None, work_dir: Path, stopped: str = "Interrupted") -> str:
+    """What a Ctrl-C prints of a resumable job (or what another cause that ``stopped`` it, a full disk,
+    prints after saying so): the ``saved`` rows (of ``total``, where known) in ``work_dir``, and that
+    the same command resumes; or that nothing was saved."""
     if not saved:
-        return "Interrupted before any row was saved; the same command starts again."
+        return f"{stopped} before any row was saved; the same command starts again."
     of = "" if total is None else f" of {total:,}"
-    return f"Interrupted: {saved:,}{of} rows are saved in {work_dir}; run the same command again to resume."
+    return f"{stopped}: {saved:,}{of} rows are saved in {work_dir}; run the same command again to resume."
 
 
 def job_changes(old: Mapping[str, Any], manifest: Mapping[str, Any]) -> str:

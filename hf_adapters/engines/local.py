@@ -163,7 +163,10 @@ class LocalEngine(Engine):
 
     def interrupted_message(self, job: ScoringJob) -> str:
         """The rows saved in the job's work directory, and that the same command resumes."""
-        return interrupted_line(*saved_rows(job.output_path), work_dir_for(job.output_path))
+        return self.stopped_message(job, "Interrupted")
+
+    def stopped_message(self, job: ScoringJob, stopped: str) -> str:
+        return interrupted_line(*saved_rows(job.output_path), work_dir_for(job.output_path), stopped)
 
 
 @dataclass(frozen=True)

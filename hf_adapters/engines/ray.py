@@ -181,7 +181,10 @@ class RayEngine(Engine):
 
     def interrupted_message(self, job: ScoringJob) -> str:
         """The rows saved in the job's work folder, and that the same command resumes."""
-        return interrupted_line(*saved_rows(job.output_path), work_dir_for(job.output_path))
+        return self.stopped_message(job, "Interrupted")
+
+    def stopped_message(self, job: ScoringJob, stopped: str) -> str:
+        return interrupted_line(*saved_rows(job.output_path), work_dir_for(job.output_path), stopped)
 
 
 def run_ray_scoring_job(job: ScoringJob, *, num_workers: int = 1, gpus_per_worker: float = 0,

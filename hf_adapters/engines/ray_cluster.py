@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -100,13 +102,30 @@ def connect(address: str | None = None, **init_options: Any) -> bool:
         return False
     options = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.ERROR, **init_options}
     try:
-        ray.init(address=address, **options)
+        with _sigterm_handler_kept():
+            ray.init(address=address, **options)
     except ConnectionError as error:
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         hint = (" Start one with `ray start --head`, or leave out --ray-address to start a local one."
                 if address == "auto" else "")
         raise RayClusterError(f"Cannot connect to a Ray cluster ({address}): {first_line}{hint}") from None
     return True
+
+
+@contextmanager
+def _sigterm_handler_kept() -> Iterator[None]:
+    """SIGTERM's handler as it was before the body (``ray.init``, which puts in its own, ending the
+    process with status 15 and no word), where this process had set one of its own: the command
+    line's, which stops a job as a Ctrl-C does."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    handler = signal.getsignal(signal.SIGTERM)
+    try:
+        yield
+    finally:
+        if callable(handler):
+            signal.signal(signal.SIGTERM, handler)
 
 
 def check_resources(num_workers: int, gpus_per_worker: float, cpus_per_worker: float = 1.0) -> None:

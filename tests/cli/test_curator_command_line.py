@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -200,11 +201,13 @@ def test_ifd_writes_both_perplexities_and_the_token_losses(tmp_path, model_dir):
 
 
 #: Runs ``hf-adapters ARGS`` (or, after ``--script PATH``, that script with ARGS) in a child process
-#: where Ctrl-C raises KeyboardInterrupt, as in a terminal, whatever this process hands down: a suite
-#: started as a background job of a shell without job control has SIGINT ignored, and a child would
-#: inherit that and never be stopped. ``{prelude}`` runs first.
+#: where Ctrl-C raises KeyboardInterrupt, as in a terminal, and SIGTERM has its default action, whatever
+#: this process hands down: a suite started as a background job of a shell without job control has
+#: SIGINT ignored (CI may ignore others), and a child would inherit that and never be stopped.
+#: ``{prelude}`` runs first.
 INTERRUPTIBLE = """import signal, sys
 signal.signal(signal.SIGINT, signal.default_int_handler)
+signal.signal(signal.SIGTERM, signal.SIG_DFL)
 {prelude}
 if sys.argv[1:2] == ["--script"]:
     import runpy
@@ -218,9 +221,9 @@ else:
 
 
 def interrupt(command: list[str], ready, *, prelude: str = "", signals: int = 1, delay: float = 0.0,
-              env: dict[str, str] | None = None) -> tuple[int, str, str]:
+              env: dict[str, str] | None = None, sent: int = signal.SIGINT) -> tuple[int, str, str]:
     """Start ``hf-adapters COMMAND`` (:data:`INTERRUPTIBLE`), wait until ``ready()`` and ``delay`` more
-    seconds, send it ``signals`` SIGINTs; its exit status, stdout and stderr.
+    seconds, send it ``signals`` signals ``sent`` (SIGINTs); its exit status, stdout and stderr.
 
     Round five, item 19."""
     process = subprocess.Popen([sys.executable, "-c", INTERRUPTIBLE.format(prelude=prelude), *command], cwd=REPO,
@@ -233,7 +236,7 @@ def interrupt(command: list[str], ready, *, prelude: str = "", signals: int = 1,
             time.sleep(0.02)
         time.sleep(delay)
         for _ in range(signals):
-            process.send_signal(signal.SIGINT)
+            process.send_signal(sent)
             time.sleep(0.01)
         stdout, stderr = process.communicate(timeout=120)
     finally:
@@ -246,20 +249,23 @@ def lines_in(path: Path, count: int):
     return lambda: path.exists() and path.read_bytes().count(b"\n") >= count
 
 
-def test_ctrl_c_prints_one_line_exits_130_and_the_same_command_resumes(tmp_path):
+@pytest.mark.parametrize(("sent", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)],
+                         ids=["Ctrl-C", "SIGTERM"])
+def test_ctrl_c_or_sigterm_prints_one_line_exits_130_or_143_and_the_same_command_resumes(tmp_path, sent, status):
     """The child is started with its own SIGINT handler: the test also holds when the suite runs as a
-    background job of a shell without job control (SIGINT ignored, and inherited as ignored).
+    background job of a shell without job control (SIGINT ignored, and inherited as ignored). A SIGTERM
+    (Slurm, Kubernetes, ``timeout``) stopped the job with no word: it says what a Ctrl-C says.
 
-    Round five, item 19."""
+    Round five, item 19; round six: SIGTERM."""
     rows = [{"id": f"r{i}", "instruction": "x" * (1 + i % 7), "input": "", "output": "y" * (i % 11)} for i in range(40)]
     data = write_jsonl(tmp_path / "rows.jsonl", rows)
     (tmp_path / "slow.yaml").write_text("name: LengthRatioScorer\nbatch_size: 4\ndelay: 0.3\n")
     output = tmp_path / "out.jsonl"
     args = ["score", str(tmp_path / "slow.yaml"), "--data", str(data), "--output", str(output), "--no-progress"]
     part = work_dir_for(output) / "rank-00000.jsonl"
-    returncode, stdout, stderr = interrupt(["--script", str(launcher(tmp_path)), *args], lines_in(part, 4))
+    returncode, stdout, stderr = interrupt(["--script", str(launcher(tmp_path)), *args], lines_in(part, 4), sent=sent)
     saved = part.read_bytes().count(b"\n")
-    assert returncode == 130, stderr
+    assert returncode == status, stderr
     assert stderr.splitlines() == [f"Interrupted: {saved} of 40 rows are saved in {work_dir_for(output)}; run the "
                                    "same command again to resume."] and stdout == ""
     assert saved % 4 == 0 and 4 <= saved < 40
@@ -376,10 +382,56 @@ def test_ctrl_c_at_any_moment_of_a_score_job_is_one_line_and_130(tmp_path, delay
     assert lines[1:] in ([], ["Interrupted again: stopped at once."])  # a second Ctrl-C while the first is handled
 
 
-def test_ctrl_c_while_embedding_saves_nothing_and_says_so(tmp_path, model_dir):
-    """``embed`` printed 35-80 lines and exited 1 or died by the signal.
+def slow_score_job(tmp_path: Path, rows: int = 200) -> tuple[list[str], Path, dict[str, str]]:
+    """``score`` of ``rows`` rows by :data:`SLOW_SCORER_PLUGIN` (0.3 s a batch of 4): its arguments
+    (those of the engine to add), its output, and the environment that finds the plugin."""
+    data = write_jsonl(tmp_path / "rows.jsonl", [{"id": f"r{i}", "output": "y" * (i % 11)} for i in range(rows)])
+    (tmp_path / "slow.yaml").write_text("name: SlowLength\n")
+    (tmp_path / "slow_scorer.py").write_text(SLOW_SCORER_PLUGIN, encoding="utf-8")
+    output = tmp_path / "out.jsonl"
+    args = ["score", str(tmp_path / "slow.yaml"), "--data", str(data), "--output", str(output), "--no-progress",
+            "--plugin", "slow_scorer"]
+    return args, output, {**run_env(), "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])}
 
-    Round five, item 15."""
+
+def test_sigterm_stops_a_command_started_with_sigint_ignored_saying_what_is_saved(tmp_path):
+    """A batch job (Slurm, a background job of a shell without job control) starts with SIGINT ignored:
+    SIGTERM still stops it with one line and 143, and a second SIGTERM ends it at once.
+
+    Round six: SIGTERM."""
+    args, output, env = slow_score_job(tmp_path)
+    part = work_dir_for(output) / "rank-00000.jsonl"
+    returncode, stdout, stderr = interrupt(args, lines_in(part, 4), prelude="signal.signal(signal.SIGINT, "
+                                           "signal.SIG_IGN)", env=env, sent=signal.SIGTERM)
+    saved = part.read_bytes().count(b"\n")
+    assert (returncode, stdout) == (143, ""), stderr
+    assert stderr.splitlines() == [f"Interrupted: {saved} of 200 rows are saved in {work_dir_for(output)}; run the "
+                                   "same command again to resume."]
+    returncode, stdout, stderr = interrupt(args, lines_in(part, saved + 4), env=env, sent=signal.SIGTERM, signals=2)
+    assert (returncode, stdout) == (143, "") and "Traceback" not in stderr, stderr
+
+
+def test_sigterm_stops_a_ray_job_with_the_line_a_ctrl_c_prints_and_143(tmp_path):
+    """``ray.init`` puts in its own SIGTERM handler, which ended the command with status 15 and no word.
+
+    Round six: SIGTERM."""
+    pytest.importorskip("ray")
+    args, output, env = slow_score_job(tmp_path)
+    env.update({"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"})
+    work_dir = work_dir_for(output)
+    returncode, stdout, stderr = interrupt([*args, "--engine", "ray", "--rows-per-block", "8"],
+                                           lambda: any(work_dir.glob("*.done")), env=env, sent=signal.SIGTERM)
+    assert (returncode, stdout) == (143, "") and "Traceback" not in stderr, stderr
+    assert re.fullmatch(rf"Interrupted: \d+ of 200 rows are saved in {re.escape(str(work_dir))}; run the same command "
+                        "again to resume.", stderr.splitlines()[-1]), stderr
+
+
+@pytest.mark.parametrize(("sent", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)],
+                         ids=["Ctrl-C", "SIGTERM"])
+def test_ctrl_c_or_sigterm_while_embedding_saves_nothing_and_says_so(tmp_path, model_dir, sent, status):
+    """``embed`` printed 35-80 lines and exited 1 or died by the signal; a SIGTERM stopped it with no word.
+
+    Round five, item 15; round six: SIGTERM."""
     data = write_jsonl(tmp_path / "rows.jsonl", [{"instruction": f"Row {i}", "output": "words " * (i % 9)}
                                                  for i in range(4000)])
     output, started = tmp_path / "vectors.npy", tmp_path / "embedding"
@@ -390,8 +442,9 @@ def test_ctrl_c_while_embedding_saves_nothing_and_says_so(tmp_path, model_dir):
                "embeddings.embed_texts = started\n"
                "import hf_adapters.cli.embed_command as command\ncommand.CHUNK_ROWS = 64\n")
     returncode, stdout, stderr = interrupt(["embed", "--data", str(data), "--output", str(output), "--model",
-                                            model_dir, "--no-progress"], started.exists, prelude=prelude, delay=1.0)
-    assert (returncode, stdout) == (130, ""), stderr
+                                            model_dir, "--no-progress"], started.exists, prelude=prelude, delay=1.0,
+                                           sent=sent)
+    assert (returncode, stdout) == (status, ""), stderr
     assert stderr.splitlines() == ["Interrupted: `hf-adapters embed` stopped before it finished, so it saved nothing "
                                    "complete; run the same command again."]
     assert not output.exists()
@@ -626,14 +679,14 @@ def test_a_ray_run_from_the_command_line_prints_no_false_alarm(tmp_path, model_d
 def test_what_a_library_prints_while_a_ctrl_c_cuts_its_import_short_is_not_shown(capsys):
     """huggingface_hub prints "Error importing ..." on stdout when a Ctrl-C cuts its import short (seen
     on a cold start, with the Ctrl-C 1.5 s in); what the plugins' import prints otherwise still shows."""
-    from hf_adapters.cli import _SigintWatch, _stdout_held_unless
+    from hf_adapters.cli import _SignalWatch, _stdout_held_unless
 
-    watch = _SigintWatch(process=False)
+    watch = _SignalWatch(process=False)
     with pytest.raises(KeyboardInterrupt), _stdout_held_unless(watch):
         print("Error importing huggingface_hub.hf_api: Error calling __set_name__ ...")
         watch.received = True
         raise KeyboardInterrupt
     assert capsys.readouterr().out == ""
-    with _stdout_held_unless(_SigintWatch(process=False)):
+    with _stdout_held_unless(_SignalWatch(process=False)):
         print("a plugin's own line")
     assert capsys.readouterr().out == "a plugin's own line\n"

@@ -13,6 +13,7 @@ import pytest
 
 from hf_adapters import cli
 from hf_adapters.backends import BACKENDS, backend_class
+from hf_adapters.engines import ENGINES
 from hf_adapters.scorers import SCORERS, ConfigError
 from hf_adapters.scorers.base import scorer_class
 from tests.conftest import read_jsonl, write_jsonl
@@ -106,9 +107,9 @@ def plain_module(tmp_path_factory) -> Path:
 @pytest.fixture
 def registries_kept():
     """The registries as they were, and no user module imported, after the test."""
-    saved = dict(BACKENDS), dict(SCORERS)
+    saved = dict(BACKENDS), dict(SCORERS), dict(ENGINES)
     yield
-    for registry, before in zip((BACKENDS, SCORERS), saved, strict=True):
+    for registry, before in zip((BACKENDS, SCORERS, ENGINES), saved, strict=True):
         registry.clear()
         registry.update(before)
     for module in ("halfnat_backend", "my_plugin"):
@@ -237,10 +238,10 @@ def plugin_folder(tmp_path, monkeypatch, registries_kept):
         sys.modules.pop(name, None)
 
 
-def plugin_error(way: str, module: str, tmp_path: Path, capsys, monkeypatch) -> str:
-    """The error ``score`` prints for the plugin ``module``, named by ``way``; asserts exit status 2, one
-    line, and no output written."""
-    args = ["score", "config.yaml", "--data", "rows.jsonl", "--output", str(tmp_path / "out.jsonl")]
+def plugin_error(way: str, module: str, tmp_path: Path, capsys, monkeypatch, *flags: str) -> str:
+    """The error ``score ... flags`` prints for the plugin ``module``, named by ``way``; asserts exit
+    status 2, one line, and no output written."""
+    args = ["score", "config.yaml", "--data", "rows.jsonl", "--output", str(tmp_path / "out.jsonl"), *flags]
     if way == "--plugin":
         args += ["--plugin", module]
     else:
@@ -304,6 +305,108 @@ def test_a_plugin_replacing_a_built_in_in_the_registry_itself_is_refused(plugin_
     assert err == ("error: the plugin module 'assigns_a_builtin' (--plugin) replaced the built-in backend 'vllm' and "
                    "scorer 'IFDScorer' in the registry; register its class under a name of its own and name that in "
                    "the config.\n")
+
+
+def test_a_plugin_replacing_the_default_engine_in_the_registry_itself_is_refused(plugin_folder, tmp_path, capsys,
+                                                                                  monkeypatch):
+    """``ENGINES["local"] = X`` silently replaced the engine every `score` without --engine runs.
+
+    Round six: engines in the plugin registries."""
+    module = plugin_folder("assigns_the_local_engine", "from hf_adapters.engines import ENGINES, Engine\n\n\n"
+                           "class Quiet(Engine):\n    def run(self, job):\n        return None\n\n"
+                           "    def interrupted_message(self, job):\n        return ''\n\n\n"
+                           "ENGINES['local'] = Quiet\n")
+    err = plugin_error("--plugin", module, tmp_path, capsys, monkeypatch)
+    assert err == ("error: the plugin module 'assigns_the_local_engine' (--plugin) replaced the built-in engine "
+                   "'local' in the registry; register its class under a name of its own and name that with "
+                   "--engine.\n")
+
+
+#: An engine that adds Ray's --num-workers again.
+REPEATS_NUM_WORKERS = """from hf_adapters.engines import Engine, register_engine
+
+
+@register_engine
+class Repeats(Engine):
+    name = "repeats"
+
+    @classmethod
+    def add_arguments(cls, group):
+        group.add_argument("--num-workers", type=int, default=None)
+
+    def run(self, job):
+        return None
+
+    def interrupted_message(self, job):
+        return ""
+"""
+
+#: An engine without ``run``.
+RUNS_NOTHING = """from hf_adapters.engines import Engine, register_engine
+
+
+@register_engine
+class RunsNothing(Engine):
+    name = "runs-nothing"
+
+    def interrupted_message(self, job):
+        return ""
+"""
+
+
+@pytest.mark.parametrize(("code", "engine", "said"), [
+    (REPEATS_NUM_WORKERS, "repeats", "error: the engine 'repeats' (repeats_an_option.Repeats) adds the option "
+     "--num-workers, which the engine 'ray' has already: give its options names of their own in its add_arguments"),
+    (RUNS_NOTHING, "runs-nothing", "error: cannot import the plugin module 'repeats_an_option' (--plugin): "
+     "ValueError: repeats_an_option.RunsNothing cannot be registered as the engine 'runs-nothing': it does not define "
+     "run. An engine defines run(job) and interrupted_message(job)")], ids=["repeats --num-workers", "lacks run"])
+def test_an_engine_plugin_that_cannot_be_run_is_one_error_line_saying_why(plugin_folder, code, engine, said,
+                                                                          tmp_path, capsys, monkeypatch):
+    """An engine repeating another's option (argparse's conflict) or lacking ``run`` (instantiating an
+    abstract class) stopped `score` with a traceback.
+
+    Round six: engine plugins."""
+    module = plugin_folder("repeats_an_option", code)
+    err = plugin_error("--plugin", module, tmp_path, capsys, monkeypatch, "--engine", engine)
+    assert err.startswith(said), err
+
+
+#: A plugin whose engine is the local engine under another name, and a scorer without a model.
+SUBCLASSES_LOCAL = """from hf_adapters.engines import LocalEngine, register_engine
+from hf_adapters.scorers import RowScorer, register_scorer
+
+
+@register_engine
+class MyLocal(LocalEngine):
+    name = "my-local"
+
+
+@register_scorer
+class Letters(RowScorer):
+    name = "Letters"
+    roles = {"output": "output"}
+    text_roles = ("output",)
+
+    def score_batch(self, batch, first_row=0):
+        return {"score": [float(len(text)) for text in self.read_texts(batch, first_row)["output"]]}
+"""
+
+
+def test_an_engine_plugin_subclassing_the_local_engine_takes_its_options(plugin_folder, tmp_path, capsys):
+    """A subclass of LocalEngine inherits its --save-every: adding it twice was argparse's conflict, a
+    traceback. It is taken by both engines now, and refused with neither.
+
+    Round six: engine plugins."""
+    module = plugin_folder("subclasses_local", SUBCLASSES_LOCAL)
+    data = write_jsonl(tmp_path / "rows.jsonl", [{"output": "x" * i} for i in range(5)])
+    (tmp_path / "letters.yaml").write_text("name: Letters\n", encoding="utf-8")
+    args = ["score", str(tmp_path / "letters.yaml"), "--data", str(data), "--no-progress", "--plugin", module]
+    for engine in ("my-local", "local"):
+        assert cli.main([*args, "--output", str(tmp_path / f"{engine}.jsonl"), "--engine", engine,
+                         "--save-every", "2"]) == 0, capsys.readouterr().err
+        assert read_jsonl(tmp_path / f"{engine}.jsonl") == [{"id": i, "score": float(i)} for i in range(5)]
+    assert cli.main([*args, "--output", str(tmp_path / "ray.jsonl"), "--engine", "my-local", "--num-workers", "2"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == "error: --num-workers: only with --engine ray."
 
 
 def test_registering_a_built_in_class_again_or_a_new_name_is_still_allowed(registries_kept):

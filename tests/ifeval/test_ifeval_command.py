@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import signal
 from pathlib import Path
 
 import evaluate
@@ -216,6 +217,23 @@ def test_ctrl_c_during_generation_says_how_many_responses_are_saved_exits_130_an
                                        "run the same command again to resume.")
     assert run(*args[2:]) == 0
     assert [sample["key"] for sample in read_samples(output)] == [row["key"] for row in read_prompts()[:10]]
+
+
+def test_sigterm_during_generation_says_how_many_responses_are_saved_and_exits_143(model_dir, tmp_path):
+    """A SIGTERM (Slurm, Kubernetes, ``timeout``) stopped ``ifeval`` with no word: it says what a Ctrl-C says.
+
+    Round six: SIGTERM."""
+    from tests.cli.test_curator_command_line import interrupt, lines_in
+
+    output = tmp_path / "out"
+    args = ["ifeval", "--no-progress", "--model", model_dir, "--limit", "10", "--max-new-tokens", "48",
+            "--batch-size", "1", "--output", str(output)]
+    returncode, stdout, stderr = interrupt(args, lines_in(output / "samples.jsonl", 2), sent=signal.SIGTERM)
+    saved = len(read_samples(output))
+    assert (returncode, stdout) == (143, ""), stderr
+    assert "Traceback" not in stderr and 2 <= saved < 10
+    assert stderr.splitlines()[-1] == (f"Interrupted with {saved} of 10 responses saved in {output / 'samples.jsonl'}; "
+                                       "run the same command again to resume.")
 
 
 def test_ctrl_c_before_any_response_is_saved_says_so(model_dir, tmp_path, capsys, monkeypatch):

@@ -197,6 +197,15 @@ def test_a_setting_named_in_model_args_and_by_lm_eval_with_two_values_is_one_err
     assert f"{name} is given twice" in one_error_line(lm_eval_argv(model_dir, model_args, *option), capsys)
 
 
+def test_an_unknown_task_is_one_error_line_saying_how_to_list_the_tasks(model_dir, capsys):
+    """``hf-adapters lm-eval --tasks nope_task`` printed lm-eval's traceback.
+
+    Round six: tracebacks instead of one error line."""
+    line = one_error_line(["lm-eval", "--model", "hf-adapters", "--model_args", f"model_id={model_dir}", "--tasks",
+                           "nope_task"], capsys)
+    assert line.startswith("error: Tasks not found: nope_task. `hf-adapters lm-eval ls tasks` lists"), line
+
+
 def test_from_python_each_setting_is_taken_once_as_lm_evals_hf_model_takes_it(model_dir):
     """``simple_evaluate``'s settings (None: not given) beside model arguments: one value each.
 
