@@ -99,6 +99,8 @@ class BackendOptions(OptionSpec):
         device: anything torch accepts (``"cpu"``, ``"cuda:1"``); default: accelerate's device.
         batch_size: the most rows in one forward pass (None: the backend's default; the transformers
             backend's is 16 on the CPU and none on an accelerator, where a token budget bounds a batch).
+        max_batch_tokens: the transformers backend's token budget, the most padded tokens in one forward
+            pass (None: its default, 2,048 on the CPU, chosen from an accelerator's free memory there).
         progress: show a progress bar (None: for long work only).
     """
 
@@ -109,11 +111,19 @@ class BackendOptions(OptionSpec):
     dtype: str | torch.dtype | None = None
     device: str | torch.device | None = None
     batch_size: int | None = None
+    max_batch_tokens: int | None = None
     progress: bool | None = None
 
     def check(self) -> None:
         if self.batch_size is not None:
             check_batch_size(self.batch_size)
+        if self.max_batch_tokens is not None:
+            check_batch_size(self.max_batch_tokens, "max_batch_tokens")
+            cls = (type(self.backend) if isinstance(self.backend, LikelihoodBackend)
+                   else backend_class(self.backend or TransformersBackend.name))
+            if not issubclass(cls, TransformersBackend):
+                raise ValueError(f"`max_batch_tokens` bounds the transformers backend's batches; the "
+                                 f"{cls.name!r} backend batches by itself.")
         resolve_dtype(self.dtype, torch.device("cpu"))
         if isinstance(self.backend, str):
             backend_class(self.backend)
@@ -145,9 +155,12 @@ class BackendOptions(OptionSpec):
                                                                                  device=self.device)
 
     def load(self) -> LikelihoodBackend:
-        """The backend these options name (:func:`resolve_backend`)."""
-        return resolve_backend(self.backend, model_id=self.model_id, model=self.model, tokenizer=self.tokenizer,
-                               dtype=self.dtype, device=self.device)
+        """The backend these options name (:func:`resolve_backend`), with their token budget if they give one."""
+        backend = resolve_backend(self.backend, model_id=self.model_id, model=self.model, tokenizer=self.tokenizer,
+                                  dtype=self.dtype, device=self.device)
+        if self.max_batch_tokens is not None:
+            backend.max_batch_tokens = self.max_batch_tokens
+        return backend
 
 
 __all__ = [

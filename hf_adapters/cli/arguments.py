@@ -14,11 +14,26 @@ from hf_adapters.core import plugins
 from hf_adapters.core.options import DEFAULT_BATCH_SIZE, DEFAULT_MODEL_ID, DTYPES, positive_int
 from hf_adapters.core.plugins import BACKEND_GROUP, PLUGINS_VARIABLE, SCORER_GROUP
 
+#: ``--batch-size none``: no row cap, over the config's; the token budget alone bounds a batch.
+NO_ROW_CAP = "none"
+
+
+def batch_size_override(text: str) -> int | str:
+    """``--batch-size`` where it overrides a config (an argparse type): a whole number of at least 1, or
+    ``none`` (:data:`NO_ROW_CAP`)."""
+    if text.strip().lower() == NO_ROW_CAP:
+        return NO_ROW_CAP
+    try:
+        return positive_int(text)
+    except argparse.ArgumentTypeError as error:
+        raise argparse.ArgumentTypeError(f"{error}, or none (no row cap: the token budget bounds each batch)") from None
+
 
 def add_model_arguments(parser: argparse.ArgumentParser, *, overrides: bool = False, device: bool = True,
-                        backend: bool = True) -> None:
-    """``--model``, ``--dtype``, ``--batch-size`` (and ``--device``, ``--backend``), and ``--plugin``; with
-    ``overrides`` they default to the config's values and say so."""
+                        backend: bool = True, token_budget: bool = True) -> None:
+    """``--model``, ``--dtype``, ``--batch-size`` (and ``--max-batch-tokens``, ``--device``, ``--backend``),
+    and ``--plugin``; with ``overrides`` they default to the config's values and say so, and ``--batch-size
+    none`` unsets the config's."""
     of_config = " (overrides the config)" if overrides else ""
     parser.add_argument("--model", default=None if overrides else DEFAULT_MODEL_ID,
                         help=f"model id, local folder or .gguf file{of_config}"
@@ -26,10 +41,17 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, overrides: bool = Fa
     parser.add_argument("--dtype", choices=DTYPES, default=None,
                         help="float32 (exact; the CPU default), bfloat16 (approximate; the GPU default) or float16"
                         + of_config)
-    parser.add_argument("--batch-size", type=positive_int, default=None,
+    parser.add_argument("--batch-size", type=batch_size_override if overrides else positive_int, default=None,
                         help="most rows per forward pass; scores do not depend on it"
-                        + (of_config or f" (default: {DEFAULT_BATCH_SIZE} on the CPU; on a GPU none, a token budget "
-                           "chosen from its free memory bounds each batch)"))
+                        + (f" (overrides the config; none removes its cap, as a GPU wants: then {DEFAULT_BATCH_SIZE} "
+                           "rows on the CPU, and on a GPU the token budget alone bounds each batch)" if overrides else
+                           f" (default: {DEFAULT_BATCH_SIZE} on the CPU; on a GPU none, a token budget chosen from its "
+                           "free memory bounds each batch)"))
+    if token_budget:
+        parser.add_argument("--max-batch-tokens", type=positive_int, default=None, metavar="N",
+                            help="most padded tokens (rows x longest row) per forward pass of the transformers "
+                            f"backend; scores do not depend on it{of_config} (default: 2,048 on the CPU; on a GPU "
+                            "chosen from its free memory, at most 65,536)")
     if device:
         parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: accelerate's device)")
     if backend:

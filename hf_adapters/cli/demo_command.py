@@ -140,7 +140,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "of a few against a reference model), a few parallel sentences (Information Parity) and a few hand-written "
         "responses (IFEval).",
     )
-    add_model_arguments(parser, backend=False)
+    add_model_arguments(parser, backend=False, token_budget=False)
     parser.add_argument("--reference-model", default=None,
                         help="the reference model of the excess-loss example, sharing the model's tokenizer "
                              "(default: the model rounded to bfloat16)")

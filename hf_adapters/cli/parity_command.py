@@ -85,8 +85,8 @@ def run(args: argparse.Namespace) -> int:
         rows = read_records(args.data) if args.data else hub_rows(args.hub, args.hub_config, args.split)
         result = evaluate_parallel(
             rows, args.reference, languages=args.languages, model_id=args.model, batch_size=args.batch_size,
-            max_length=args.max_length, dtype=args.dtype, device=args.device, backend=args.backend,
-            progress=None if args.progress else False,
+            max_batch_tokens=args.max_batch_tokens, max_length=args.max_length, dtype=args.dtype, device=args.device,
+            backend=args.backend, progress=None if args.progress else False,
         )
     except (OSError, ValueError, ModelLoadError) as error:
         print(f"error: {one_line(error)}", file=sys.stderr)

@@ -45,7 +45,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         texts = read_documents(args.files)
         scorer = PerplexityScorer(model=args.model, max_length=args.max_length, stride=stride,
-                                  batch_size=args.batch_size, dtype=args.dtype, device=args.device,
+                                  batch_size=args.batch_size, max_batch_tokens=args.max_batch_tokens,
+                                  dtype=args.dtype, device=args.device,
                                   backend=args.backend, progress=args.progress)
         result = scorer.result({"text": texts})
     except (ValueError, ModelLoadError) as error:

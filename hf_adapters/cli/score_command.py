@@ -13,11 +13,18 @@ SIGTERM: the same line, and 143); so does a full disk, with exit status 1: the r
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import errno
 import sys
 from typing import Any
 
-from hf_adapters.cli.arguments import add_model_arguments, add_progress_argument, hide_library_progress, positive_int
+from hf_adapters.cli.arguments import (
+    NO_ROW_CAP,
+    add_model_arguments,
+    add_progress_argument,
+    hide_library_progress,
+    positive_int,
+)
 from hf_adapters.engines import (
     DEFAULT_ENGINE,
     ENGINE_ALIASES,
@@ -189,8 +196,11 @@ def planned(args: argparse.Namespace) -> tuple[Engine, ScoringJob]:
     job = ScoringJob.plan(args.config, data=args.data, output=args.output, split=args.split, streaming=args.streaming,
                           output_format=args.output_format, keep_columns=args.keep_columns,
                           rows_per_shard=args.rows_per_shard, score_columns=args.score_columns, model=args.model,
-                          batch_size=args.batch_size, dtype=args.dtype, backend=args.backend, device=args.device,
-                          overwrite=args.overwrite, progress=args.progress)
+                          batch_size=None if args.batch_size == NO_ROW_CAP else args.batch_size,
+                          max_batch_tokens=args.max_batch_tokens, dtype=args.dtype, backend=args.backend,
+                          device=args.device, overwrite=args.overwrite, progress=args.progress)
+    if args.batch_size == NO_ROW_CAP:  # the config's row cap removed: the backend's default
+        job = dataclasses.replace(job, config={key: value for key, value in job.config.items() if key != "batch_size"})
     return engine, job
 
 

@@ -32,10 +32,10 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def check_batch_size(batch_size: Any) -> None:
-    """Raise a ValueError unless ``batch_size`` is a positive integer."""
+def check_batch_size(batch_size: Any, name: str = "batch_size") -> None:
+    """Raise a ValueError unless ``batch_size`` (the option ``name``) is a positive integer."""
     if not _is_int(batch_size) or batch_size < 1:
-        raise ValueError(f"`batch_size` must be a positive integer, got {batch_size!r}.")
+        raise ValueError(f"`{name}` must be a positive integer, got {batch_size!r}.")
 
 
 def check_max_length(max_length: Any) -> None:

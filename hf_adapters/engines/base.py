@@ -118,11 +118,13 @@ class ScoringJob:
              split: str | None = None, streaming: bool = False, output_format: str = "jsonl",
              keep_columns: bool = False, rows_per_shard: int = OutputFormat.rows_per_shard,
              score_columns: str | Sequence[str] | None = None, model: str | None = None,
-             batch_size: int | None = None, dtype: str | None = None, backend: str | None = None,
-             device: str | None = None, overwrite: bool = False, progress: bool = True) -> ScoringJob:
+             batch_size: int | None = None, max_batch_tokens: int | None = None, dtype: str | None = None,
+             backend: str | None = None, device: str | None = None, overwrite: bool = False,
+             progress: bool = True) -> ScoringJob:
         """The job ``hf-adapters score CONFIG --data DATA --output OUTPUT ...`` runs, each keyword as
         its option: ``config`` a YAML file or a config dict; ``output_format`` ``"jsonl"`` or
-        ``"parquet"``; ``model``, ``batch_size``, ``dtype`` and ``backend`` override the config's.
+        ``"parquet"``; ``model``, ``batch_size``, ``max_batch_tokens``, ``dtype`` and ``backend`` override
+        the config's.
         A ValueError (a :class:`~hf_adapters.scorers.ConfigError` for the file) says what is wrong
         with the config; the data and output are checked when an engine runs the job.
 
@@ -137,7 +139,8 @@ class ScoringJob:
             from hf_adapters.scorers import load_config
 
             config_path, config = str(config), load_config(config)
-        overrides = {"model": model, "batch_size": batch_size, "dtype": dtype, "backend": backend}
+        overrides = {"model": model, "batch_size": batch_size, "max_batch_tokens": max_batch_tokens, "dtype": dtype,
+                     "backend": backend}
         config, score_columns = job_settings(config, score_columns=score_columns, overrides=overrides,
                                              source=config_path or "the config")
         output_format = OutputFormat(output_format, keep_columns, rows_per_shard, score_columns=score_columns)

@@ -113,14 +113,15 @@ def work_files(output_path: str | Path, output: OutputFormat) -> list[Path]:
 
 def job_manifest(scorer: RowScorer, data: str, rows: int | None, chunk_size: int | None,
                  columns: Mapping[str, str]) -> dict[str, Any]:
-    """What a job is, as its manifest records it: the scorer's config (less the batch size) and
-    columns, the model's identity, the data's fingerprint and row count (None for a stream), the
-    chunk size it starts with and the score ``columns`` it writes. Batch size and process count are
-    not part of the job: scores do not depend on them. A model the job cannot identify (an object, a
+    """What a job is, as its manifest records it: the scorer's config (less the batch size and token
+    budget) and columns, the model's identity, the data's fingerprint and row count (None for a stream),
+    the chunk size it starts with and the score ``columns`` it writes. Batch size, token budget and
+    process count are not part of the job: scores do not depend on them. A model the job cannot identify (an object, a
     backend whose identity() is None) makes results no run ever reuses."""
     identity = scorer.model_identity()
     return _jsonable({
-        "scorer": {key: value for key, value in scorer.fingerprint().items() if key != "batch_size"},
+        "scorer": {key: value for key, value in scorer.fingerprint().items()
+                   if key not in ("batch_size", "max_batch_tokens")},
         "model": identity,
         "identified": identity is not None or not scorer.runs_model,
         "data": data,

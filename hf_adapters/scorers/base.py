@@ -225,10 +225,10 @@ class RowScorer:
 class ModelRowScorer(RowScorer):
     """Base of scorers that run a model. The config keys are ``model`` (a model id or path, or, as
     in transformers' ``pipeline``, a loaded model passed with its ``tokenizer``), ``batch_size``,
-    ``dtype``, ``backend`` (a registered backend's name, or a :class:`~hf_adapters.backends.LikelihoodBackend`
-    passed from Python) and every option of the metric's ``option_spec``, all checked when the
-    scorer is built; ``device`` and ``progress`` are not config keys (they do not change scores).
-    The backend is loaded on first use.
+    ``max_batch_tokens`` (the transformers backend's token budget), ``dtype``, ``backend`` (a registered
+    backend's name, or a :class:`~hf_adapters.backends.LikelihoodBackend` passed from Python) and every
+    option of the metric's ``option_spec``, all checked when the scorer is built; ``device`` and
+    ``progress`` are not config keys (they do not change scores). The backend is loaded on first use.
 
     Subclasses set ``option_spec`` (the metric's options), ``seed_keys`` (the options every config
     holds, as the seed's YAML configs do) and ``option_defaults`` (defaults of their own).
@@ -246,7 +246,7 @@ class ModelRowScorer(RowScorer):
         defaults = cls.option_spec.build(cls.option_defaults).resolved()
         cls.options = {"model": models.DEFAULT_MODEL_ID, "batch_size": None, "dtype": None,
                        **{key: defaults[key] for key in cls.seed_keys}}
-        cls.extra_options = {"backend": BACKEND_DEFAULT,
+        cls.extra_options = {"backend": BACKEND_DEFAULT, "max_batch_tokens": None,
                              **{key: value for key, value in defaults.items() if key not in cls.seed_keys}}
 
     def __init__(self, *, tokenizer: Any = None, device: str | torch.device | None = None,
@@ -268,13 +268,15 @@ class ModelRowScorer(RowScorer):
             self.run = BackendOptions(
                 backend=backend_object or self.config.get("backend"), model_id=self.config["model"],
                 model=model_object, tokenizer=tokenizer, dtype=self.config["dtype"], device=device,
-                batch_size=self.config["batch_size"], progress=progress,
+                batch_size=self.config["batch_size"], max_batch_tokens=self.config.get("max_batch_tokens"),
+                progress=progress,
             )
         except (ValueError, TypeError) as error:
             raise ConfigError(f"{self.name}: {error}") from None
         # The config says what the scores depend on: the seed keys, and the other options that are given
         # or resolved to other values than their defaults (so that naming a default changes no fingerprint).
-        values = {**self.spec.resolved(), "backend": self.config.get("backend") or BACKEND_DEFAULT}
+        values = {**self.spec.resolved(), "backend": self.config.get("backend") or BACKEND_DEFAULT,
+                  "max_batch_tokens": self.config.get("max_batch_tokens")}
         given = self.spec.given()
         self.config = {**{key: self.config[key] for key in ("model", "batch_size", "dtype")},
                        **{key: values[key] for key in self.seed_keys},

@@ -45,7 +45,7 @@ from hf_adapters.scorers.base import (
 from hf_adapters.scorers.ifd_scorer import IFDScorer
 
 #: The keys a set gives every member that runs a model: given once, beside ``scores``.
-SHARED_KEYS = ("model", "batch_size", "dtype", "backend")
+SHARED_KEYS = ("model", "batch_size", "max_batch_tokens", "dtype", "backend")
 #: The keys of IFD's prompt, after which the members of ``convention: exact`` read the answer.
 PROMPT_KEYS = ("template", "template_no_input")
 
@@ -98,7 +98,7 @@ class ScoreSet(RowScorer):
     Args:
         scores: the members: scorer configs (``{"name": "IFDScorer", ...}``) or bare scorer names. No two
             may have an output of the same name.
-        model, batch_size, dtype, backend: as a scorer's, for every member that runs a model; with
+        model, batch_size, max_batch_tokens, dtype, backend: as a scorer's, for every member that runs a model; with
             ``tokenizer``, a loaded model (as in transformers' ``pipeline``).
         device, progress: as a scorer's.
 

@@ -47,6 +47,18 @@ def test_perplexity_scores_the_bytes_of_a_file_as_they_are(tmp_path, model_dir, 
     assert perplexity == f"{expected['perplexities'][0]:.3f}"
 
 
+def test_perplexity_batches_by_the_token_budget_given_on_the_command_line(tmp_path, model_dir, monkeypatch):
+    from hf_adapters.backends import TransformersBackend
+
+    budgets, original = [], TransformersBackend.batch_limits
+    monkeypatch.setattr(TransformersBackend, "batch_limits",
+                        lambda self, *args: budgets.append(self.max_batch_tokens) or original(self, *args))
+    path = tmp_path / "doc.txt"
+    path.write_text("The quick brown fox jumps over the lazy dog.", encoding="utf-8")
+    assert cli_perplexity(model_dir, str(path), extra=("--max-batch-tokens", "32")) == 0
+    assert budgets and set(budgets) == {32}
+
+
 def test_perplexity_refuses_invalid_utf8_on_stdin_with_a_message(model_dir, capsys, monkeypatch):
     """From the round-three review: silently wrong."""
     stdin = io.TextIOWrapper(io.BytesIO(b"valid text \xff\xfe then more"), encoding="utf-8", errors="surrogateescape")
