@@ -43,8 +43,8 @@ def steps(folder: Path, data: Path) -> list[tuple[str, list[str]]]:
                                    "--embeddings", str(out / "embeddings.npy"),
                                    "--output", str(out / "selected.jsonl")]),
         ("select on two scores", ["select", "--data", str(data), "--scores", str(out / "scores.jsonl"),
-                                  "--rank-product", "ifd", "perplexity:lowest", "--where", "ifd<1",
-                                  "--where", "perplexity<100", "--top", "10%",
+                                  "--rank-product", "ifd", "answer_entropy:lowest", "--where", "ifd<1",
+                                  "--where", "perplexity<1000", "--top", "10%",
                                   "--output", str(out / "by_two_scores.jsonl")]),
     ]
 

@@ -498,7 +498,7 @@ def test_select_command_takes_a_similarity_quantile_and_says_the_threshold(tmp_p
                      "10", "--similarity-quantile", "0.9", "--embeddings", str(tmp_path / "vectors.npy"),
                      "--output", str(tmp_path / "kept.jsonl")]) == 0
     assert "the 0.9 quantile of the cosine similarity of each of 30 rows to its most similar other row, so at most " \
-           "about 0.1 of the rows can be removed as too similar" in caplog.text
+           "about 10% of the rows can be removed as too similar" in caplog.text
     expected, _ = diverse_selection(scores, vectors, "deita", top_n=10, similarity_quantile=0.9)
     assert [row["id"] for row in read_jsonl(tmp_path / "kept.jsonl")] == [f"r{i}" for i in expected]
 

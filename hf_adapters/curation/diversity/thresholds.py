@@ -33,7 +33,7 @@ class QuantileThreshold:
     def describe(self) -> str:
         return (f"Similarity threshold {self.threshold:.4g}: the {self.quantile:g} quantile of the cosine similarity "
                 f"of each of {self.rows:,} rows to its most similar other row, so at most about "
-                f"{1 - self.quantile:.3g} of the rows can be removed as too similar")
+                f"{100 * (1 - self.quantile):.3g}% of the rows can be removed as too similar")
 
 
 def check_quantile(quantile: float) -> None:
