@@ -13,6 +13,7 @@ import os
 import signal
 import socket
 import sys
+import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -29,6 +30,10 @@ CONNECT_ENVIRONMENT = {
     "RAY_py_gcs_connect_timeout_s": "10",
     "RAY_gcs_rpc_server_connect_timeout_s": "5",
 }
+
+#: The line Ray's C++ log prints on stderr as a process connects whenever ``RAY_BACKEND_LOG_LEVEL`` is set (at any
+#: level; the Ray engine sets it to keep the core worker's log to fatal errors): it tells the user nothing.
+LOG_LEVEL_ANNOUNCEMENT = b"Set ray log level from environment variable RAY_BACKEND_LOG_LEVEL"
 
 
 class RayClusterError(ValueError):
@@ -100,9 +105,12 @@ def connect(address: str | None = None, **init_options: Any) -> bool:
     ray = import_ray()
     if ray.is_initialized():
         return False
+    # No dashboard. The raylet of a local cluster still starts its dashboard and runtime-env agents (no ray.init
+    # option leaves them out; workers need the second): after a killed driver they spend up to a minute trying to
+    # report the raylet's death to the stopped GCS (ray._private.process_watcher), then exit.
     options = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.ERROR, **init_options}
     try:
-        with _sigterm_handler_kept():
+        with _sigterm_handler_kept(), _log_level_announcement_dropped():
             ray.init(address=address, **options)
     except ConnectionError as error:
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
@@ -126,6 +134,33 @@ def _sigterm_handler_kept() -> Iterator[None]:
     finally:
         if callable(handler):
             signal.signal(signal.SIGTERM, handler)
+
+
+@contextmanager
+def _log_level_announcement_dropped() -> Iterator[None]:
+    """What the body (``ray.init``) writes to this process's stderr (file descriptor 2: Ray's C++ log writes there),
+    held back and then written, less the :data:`LOG_LEVEL_ANNOUNCEMENT` line. Ray's own processes log to their
+    files, so only this one's lines are held."""
+    try:
+        stderr = os.dup(2) if "RAY_BACKEND_LOG_LEVEL" in os.environ else None
+    except OSError:  # no stderr to keep clean
+        stderr = None
+    if stderr is None:
+        yield
+        return
+    sys.stderr.flush()
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(stderr, 2)
+            os.close(stderr)
+            held.seek(0)
+            kept = b"".join(line for line in held if LOG_LEVEL_ANNOUNCEMENT not in line)
+            while kept:
+                kept = kept[os.write(2, kept):]
 
 
 def check_resources(num_workers: int, gpus_per_worker: float, cpus_per_worker: float = 1.0) -> None:
