@@ -81,9 +81,10 @@ def _main(argv: Sequence[str] | None, state: dict[str, Any], watch: _SignalWatch
 
     wait_passively()  # before any command imports torch
     from hf_adapters.cli.arguments import import_plugins, progress_settings_kept
+    from hf_adapters.core.console import LogAboveBarsHandler
     from hf_adapters.core.plugins import PluginError
 
-    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    logging.basicConfig(level=logging.WARNING, format="%(message)s", handlers=[LogAboveBarsHandler()])
     from hf_adapters.engines import ENGINES
 
     try:

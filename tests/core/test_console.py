@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import io
+import json
 import logging
+import os
 import re
+import subprocess
+import sys
 import warnings
 
 from tqdm import tqdm
 
 from hf_adapters.core.console import LogAboveBarsHandler, warn_user
+from tests.spaces.spaces_fixtures import ROOT, tiny_model_dir_fixture  # noqa: F401  (fixture)
 
 
 class ExampleWarning(UserWarning):
@@ -47,3 +52,18 @@ def test_a_rows_log_line_goes_above_the_progress_bar_and_not_at_the_end_of_its_l
     assert after, written
     assert before.endswith("\r"), "the line was written after the bar's text: " + repr(before[-60:])
     assert "Scoring: 100%" in after  # the bar is drawn again below the line
+
+
+def test_the_command_lines_row_warning_is_written_above_its_progress_bar(tiny_model_dir, tmp_path):
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps({"id": i, "instruction": f"Say {i}.", "output": "A fox. " * i}) + "\n"
+                            for i in range(4)), encoding="utf-8")
+    config = tmp_path / "ifd.yaml"
+    config.write_text(f"name: IFDScorer\nmodel: {tiny_model_dir}\nbatch_size: 2\n", encoding="utf-8")
+    result = subprocess.run([sys.executable, "-m", "hf_adapters", "score", str(config), "--data", str(rows),
+                             "--output", str(tmp_path / "scores.jsonl")],
+                            cwd=tmp_path, capture_output=True, text=True, check=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"})
+    assert "Row 0 (id=0) has an empty output; its IFD is NaN.\n" in result.stderr, result.stderr
+    bar_then_text = re.search(r"Scoring:[^\r\n]*\][^\r\n]+", result.stderr)
+    assert bar_then_text is None, repr(bar_then_text.group(0))
