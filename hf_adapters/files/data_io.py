@@ -565,10 +565,11 @@ def _exact_ids(files: list[Path], column: str = "id") -> pa.Array | None:
     return pa.chunked_array(arrays, pa.uint64()).combine_chunks()
 
 
-#: An integer in JSON text with more digits than a float holds exactly (2**53 has 16): a file without
-#: one reads every number of a column of floats exactly. Text in strings may match too (then the
-#: column is checked for nothing).
-_LONG_INTEGER = re.compile(rb"(?<![\w.+-])-?\d{16,}(?![\w.])")
+#: An integer in JSON text with more digits than a float holds exactly (2**53 has 16), after the
+#: ``:``, ``,`` or ``[`` before a value: a file without one reads every number of a column of floats
+#: exactly. Text in strings may match too (then the columns are checked for nothing). Searched at
+#: some 80 MB/s, where a pattern starting at any digit is several times slower.
+_LONG_INTEGER = re.compile(rb"[:,\[]\s*-?\d{16,}(?![\d.eE])")
 
 
 def _exact_columns(loader: str, files: list[Path], options: dict[str, Any]) -> dict[str, pa.Array]:
