@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -11,8 +12,11 @@ from contextlib import contextmanager
 
 def warn_user(message: str, category: type[Warning] = UserWarning) -> None:
     """``warnings.warn`` for the package's user: shown (where Python's filters show it, as any warning) as one line,
-    ``Category: message``, without the line of the package's source that Python's format adds below it."""
-    with _one_line_format(category):
+    ``Category: message``, without the line of the package's source that Python's format adds below it, and above
+    the progress bars drawn on stderr rather than at the end of a bar's line."""
+    from tqdm import tqdm
+
+    with tqdm.external_write_mode(file=sys.stderr), _one_line_format(category):
         warnings.warn(message, category, stacklevel=2)
 
 

@@ -67,3 +67,16 @@ def test_the_command_lines_row_warning_is_written_above_its_progress_bar(tiny_mo
     assert "Row 0 (id=0) has an empty output; its IFD is NaN.\n" in result.stderr, result.stderr
     bar_then_text = re.search(r"Scoring:[^\r\n]*\][^\r\n]+", result.stderr)
     assert bar_then_text is None, repr(bar_then_text.group(0))
+
+
+def test_a_warning_for_the_user_goes_above_the_progress_bar_on_stderr(capsys, monkeypatch):
+    monkeypatch.setattr(warnings, "showwarning", lambda message, category, filename, lineno, file=None, line=None:
+                        sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line)))
+    with warnings.catch_warnings(), tqdm(total=10, file=sys.stderr, desc="Scoring", mininterval=0, ascii=True) as bar:
+        warnings.simplefilter("always")
+        bar.update(3)
+        warn_user("The thing is slow here.", ExampleWarning)
+        bar.update(7)
+    before, _, after = capsys.readouterr().err.partition("ExampleWarning: The thing is slow here.\n")
+    assert after and before.endswith("\r"), repr(before[-60:])
+    assert "Scoring: 100%" in after
