@@ -73,15 +73,23 @@ def write_selected(dataset, indices: list[int], column: str, scores: list[float]
             handle.write(json.dumps(row, ensure_ascii=False, default=to_json_value) + "\n")
 
 
-def written_score_columns(lines: list[dict], ranked: str, data_columns: list[str]) -> list[str]:
+def score_file_columns(lines: list[dict], ranked: str | None) -> list[str]:
     """The score file's columns that ``select`` writes beside the ranked score: all but ``id`` and the
-    ``ranked`` one (written under ``--column``), less those the data has (its value is kept; a note
-    says so)."""
-    names = [name for name in dict.fromkeys(name for line in lines[:1] for name in line) if name not in ("id", ranked)]
-    if shadowed := [name for name in names if name in data_columns]:
-        print(f"note: not written from the score file: {', '.join(map(repr, shadowed))} (the data has a column "
-              "of that name, whose value is kept)", file=sys.stderr)
-    return [name for name in names if name not in data_columns]
+    ``ranked`` one (written under ``--column``)."""
+    return [name for name in dict.fromkeys(name for line in lines[:1] for name in line) if name not in ("id", ranked)]
+
+
+def note_data_values_kept(dataset: Any, lines: list[dict], indices: list[int], shared: list[str]) -> None:
+    """Say which of the ``shared`` columns (the score file's that the data also has, whose values are
+    written) differ in a selected row; a copy that ``score --keep-columns`` made goes unsaid."""
+    if not shared or not indices:
+        return
+    rows = dataset.select(indices)
+    differing = [name for name in shared if any(json_safe(lines[index].get(name)) != json_safe(value)
+                                                for index, value in zip(indices, rows[name], strict=True))]
+    if differing:
+        print(f"note: not written from the score file: {', '.join(map(repr, differing))} (the data has a column "
+              "of that name, whose values are written)", file=sys.stderr)
 
 
 def ranked_scores(args: argparse.Namespace, ids: list, lines: list[dict]) -> tuple[list[float], dict[str, list[bool]]]:
@@ -149,8 +157,8 @@ def run(args: argparse.Namespace) -> int:
                    "highest": not (args.lowest or args.rank_product), "order": args.order,
                    "convention": args.convention, "exclusions": exclusions}
         ranked = None if args.rank_product else args.score_column
-        score_columns = [name for name in written_score_columns(lines, ranked, dataset.column_names)
-                         if name != args.column]
+        names = [name for name in score_file_columns(lines, ranked) if name != args.column]
+        score_columns = [name for name in names if name not in dataset.column_names]
         if args.diversity:
             indices, removed = diverse_rows(args, dataset, scores, options)
         else:
@@ -161,6 +169,7 @@ def run(args: argparse.Namespace) -> int:
     except OSError as error:
         print(f"error: cannot read {error.filename}: {error.strerror}", file=sys.stderr)
         return 2
+    note_data_values_kept(dataset, lines, indices, [name for name in names if name in dataset.column_names])
     write_selected(dataset, indices, args.column, scores, args.output, lines, score_columns)
     for rule, count in removed.items():
         print(f"{count:>9} {noun_for(count, 'row')} removed: {rule}")

@@ -337,6 +337,15 @@ def test_a_score_column_the_data_also_has_keeps_the_datas_value_and_says_so(tmp_
     assert "note: not written from the score file: 'perplexity'" in capsys.readouterr().err
 
 
+def test_a_data_column_the_score_file_kept_as_it_was_goes_unsaid(tmp_path, capsys):
+    argv = set_files(tmp_path)
+    scores = Path(argv[argv.index("--scores") + 1])
+    write_jsonl(scores, [{**line, "instruction": f"q{i}"} for i, line in enumerate(read_jsonl(scores))])
+    assert main([*argv, "--score-column", "ifd", "--top-n", "2"]) == 0
+    assert "note" not in capsys.readouterr().err
+    assert read_jsonl(tmp_path / "selected.jsonl")[0]["instruction"] == "q1"
+
+
 def test_the_rank_product_is_the_geometric_mean_of_the_ranks_over_the_rows_ranked():
     from hf_adapters.curation.score_bounds import rank_product
 
