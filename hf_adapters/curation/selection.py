@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from hf_adapters.curation.diversity import select_diverse
 from hf_adapters.curation.ranking import check_scores, check_selection, cut_off, selection_indices
+from hf_adapters.curation.score_bounds import Bound, bound_exclusions, parse_bound
 
 if TYPE_CHECKING:  # the command line's help needs no datasets
     from datasets import Dataset, DatasetDict, IterableDataset, IterableDatasetDict
@@ -26,12 +29,15 @@ def select(
     highest: bool = True,
     order: str | None = None,
     convention: str = "exact",
+    where: Sequence[str] = (),
     diversity: str | None = None,
     **diversity_options: Any,
 ) -> Dataset | DatasetDict | IterableDataset | IterableDatasetDict:
     """The rows of ``ds`` to keep by their ``column`` score (see
     :func:`~hf_adapters.curation.ranking.selection_indices`); the log says how many rows each rule
-    removed. A ``DatasetDict`` is selected split by split.
+    removed. A ``DatasetDict`` is selected split by split. ``where`` bounds other score columns first,
+    e.g. ``["perplexity<50"]`` (:func:`~hf_adapters.curation.score_bounds.parse_bound`): a row without
+    a score in such a column, or outside its bound, is not kept.
 
     ``diversity="deita"``, ``"facility_location"`` or ``"semantic_dedup"`` also looks at each row's embedding (the
     ``embedding_column``, default ``"embedding"``, or an ``embeddings`` array, memory-mapped if you
@@ -58,20 +64,32 @@ def select(
     options = {"top": top, "top_n": top_n, "max_score": max_score, "min_score": min_score, "highest": highest,
                "order": order, "convention": convention}
     if isinstance(ds, (DatasetDict, IterableDatasetDict)):
-        return type(ds)({split: select(part, column, diversity=diversity, **options, **diversity_options)
-                         for split, part in ds.items()})
-    if ds.column_names is not None and column not in ds.column_names:
-        raise ValueError(f"Column {column!r} not found; available: {ds.column_names}")
+        return type(ds)({split: select(part, column, where=where, diversity=diversity, **options,
+                                       **diversity_options) for split, part in ds.items()})
+    bounds = [parse_bound(text) for text in ([where] if isinstance(where, str) else where)]
+    for name in (column, *(bound.column for bound in bounds)):
+        if ds.column_names is not None and name not in ds.column_names:
+            raise ValueError(f"Column {name!r} not found; available: {ds.column_names}")
+    if bounds and not isinstance(ds, IterableDataset):
+        options["exclusions"] = bound_exclusions(
+            {bound.column: check_scores(ds[bound.column], f"column {bound.column!r}") for bound in bounds}, bounds)
     if diversity is not None or diversity_options:
-
         indices, removed = select_diverse(ds, column, diversity, options, diversity_options)
     elif isinstance(ds, IterableDataset):
-        return _select_stream(ds, column, **options)
+        within = ds.filter(partial(_within, bounds=bounds), batched=True) if bounds else ds
+        return _select_stream(within, column, **options)
     else:
         indices, removed = selection_indices(check_scores(ds[column], f"column {column!r}"), **options)
     logger.info("Selected %d of %d rows (removed: %s).", len(indices), len(ds),
                 ", ".join(f"{count} {rule}" for rule, count in removed.items()))
     return ds.select(indices)
+
+
+def _within(batch: dict[str, list], bounds: Sequence[Bound]) -> list[bool]:
+    """Whether each row of a stream's batch has a score within every bound."""
+    exclusions = bound_exclusions({bound.column: check_scores(batch[bound.column], f"column {bound.column!r}")
+                                   for bound in bounds}, bounds)
+    return [not any(removes) for removes in zip(*exclusions.values(), strict=True)]
 
 
 def _select_stream(ds: IterableDataset, column: str, *, top: float | None, top_n: int | None,

@@ -392,3 +392,15 @@ def test_a_where_bound_that_is_not_a_comparison_with_a_number_is_refused(tmp_pat
     assert stopped.value.code == 2
     err = capsys.readouterr().err
     assert "argument --where" in err and message in err and "Traceback" not in err
+
+
+def test_select_from_python_keeps_only_the_rows_within_every_where_bound():
+    ds = Dataset.from_dict({"id": [f"r{i}" for i in range(6)], **SET_SCORES})
+    kept = select(ds, "ifd", top_n=2, where=["ifd<1", "perplexity <= 30"])
+    assert list(kept["id"]) == ["r3", "r5"]
+    streamed = select(ds.to_iterable_dataset(), "ifd", where="perplexity<=30", max_score=1.0)
+    assert [row["id"] for row in streamed] == ["r3", "r5"]
+    split = select(DatasetDict({"train": ds}), "ifd", top_n=1, where=["perplexity<25"])
+    assert list(split["train"]["id"]) == ["r1"]
+    with pytest.raises(ValueError, match="Column 'nope' not found"):
+        select(ds, "ifd", where=["nope<1"])
