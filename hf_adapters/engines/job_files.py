@@ -50,6 +50,8 @@ FINISHED_JOBS = "jobs"
 PARTS = "parts"
 #: The key of a Ray job's manifest saying whether its Parquet output is the parts themselves, a file per block.
 FILE_PER_BLOCK = "file_per_block"
+#: The key of a job's completion record (``complete.json``) giving the format its output was written in.
+WRITTEN_FORMAT = "format"
 
 
 @dataclass(frozen=True)
@@ -292,7 +294,7 @@ def _finished_record_of(output_path: Path, output: OutputFormat, manifest: Mappi
     if not (isinstance(record, dict) and isinstance(record.get("job"), dict) and output.is_complete(output_path)):
         return None
     try:
-        unchanged = record.get("format") == _format_record(output) and record.get("stamp") == _stamp(output_path)
+        unchanged = record.get("format") == format_record(output) and record.get("stamp") == _stamp(output_path)
     except OSError:  # removed meanwhile
         return None
     same = same_job(record["job"], manifest) and manifest_columns(record["job"]) == manifest_columns(manifest)
@@ -307,7 +309,7 @@ def record_finished_job(output_path: Path, output: OutputFormat, manifest: Mappi
     path = _finished_record(output_path)
     try:
         record = {"output": str(output_path.absolute()), "job": {**manifest, "rows": rows},
-                  "format": _format_record(output), "stamp": _stamp(output_path), "rows": rows, "valid": valid}
+                  "format": format_record(output), "stamp": _stamp(output_path), "rows": rows, "valid": valid}
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomically(path, json.dumps(record, sort_keys=True))
     except OSError as error:
@@ -322,9 +324,16 @@ def _finished_record(output_path: Path) -> Path:
     return cache_folder() / FINISHED_JOBS / f"{key}.json"
 
 
-def _format_record(output: OutputFormat) -> dict[str, Any]:
-    """What of an output's format changes the output (the score columns are in the manifest)."""
+def format_record(output: OutputFormat) -> dict[str, Any]:
+    """What of an output's format changes the output (the score columns are in the manifest): what a
+    job's completion record (``complete.json``) says of its output, under :data:`WRITTEN_FORMAT`."""
     return {"kind": output.kind, "keep_columns": output.keep_columns, "rows_per_shard": output.rows_per_shard}
+
+
+def written_in(complete: Mapping[str, Any], output: OutputFormat) -> bool:
+    """Whether the output a job's completion record ``complete`` describes was written in the format
+    ``output`` asks for (a record of an earlier version, which does not say, is taken at its word)."""
+    return complete.get(WRITTEN_FORMAT, format_record(output)) == format_record(output)
 
 
 def _stamp(path: Path) -> list[list[Any]]:

@@ -17,9 +17,10 @@ its first chunks, so that its file is that of an uninterrupted run).
 A process appends a chunk's lines and fsyncs them before starting the next chunk; after a kill, a
 torn chunk at the end of a part is dropped and scored again. When every
 chunk is done, process 0 merges them in input order into ``OUTPUT.tmp`` (JSONL, or a folder of
-Parquet shards), renames that onto ``OUTPUT``, records the manifest as ``complete.json`` and
-removes the work directory, that record last: a run that finds it (a kill during the cleanup)
-does no work. A run that fails or is stopped before any chunk is saved removes the work directory,
+Parquet shards), renames that onto ``OUTPUT``, records the manifest as ``complete.json`` (with the
+output's format) and removes the work directory, that record last: a run that finds it (a kill
+during the cleanup) does no work, unless it asks for another format (then it scores the job
+again). A run that fails or is stopped before any chunk is saved removes the work directory,
 so that nothing is left behind to refuse the corrected command. The lock, the atomic writes and the
 fsynced appends are those of every run folder (:mod:`hf_adapters.files.run_folder`).
 
@@ -68,11 +69,13 @@ from hf_adapters.engines.job_files import (
     LOCK,
     MANIFEST,
     STREAM_ROWS,
+    WRITTEN_FORMAT,
     JobSummary,
     check_dataset,
     column_names,
     finished_in_other_layout,
     finished_job,
+    format_record,
     interrupted_line,
     is_stream,
     iter_rows,
@@ -88,6 +91,7 @@ from hf_adapters.engines.job_files import (
     score_schema,
     scored_record,
     work_dir_for,
+    written_in,
 )
 from hf_adapters.files.json_values import truncate_file, whole_json_lines, write_atomically
 from hf_adapters.files.output_paths import check_output_path
@@ -597,10 +601,11 @@ def _open_work_dir(work_dir: Path, output_path: Path, manifest: dict[str, Any], 
 def _decide(work_dir: Path, output_path: Path, manifest: dict[str, Any], overwrite: bool,
             output: OutputFormat) -> tuple[str, int] | str:
     """``("fresh" | "resume" | "complete", chunk size)`` (complete: a kill interrupted the cleanup after
-    the output was in place), or the message refusing to mix with another job's results."""
+    the output was in place, in the format ``output`` asks for), or the message refusing to mix with
+    another job's results."""
     try:
         old = json.loads((work_dir / COMPLETE).read_text(encoding="utf-8"))
-        if same_job(old, manifest) and output.is_complete(output_path):
+        if same_job(old, manifest) and written_in(old, output) and output.is_complete(output_path):
             return "complete", old["chunk_size"]
     except (OSError, ValueError, KeyError):
         pass
@@ -695,7 +700,8 @@ def _merge(work_dir: Path, num_rows: int, chunk_size: int, dataset: Dataset | It
     valid = write_output(plan.output_path, plan.output, records(scored, rows, list(plan.columns.values())),
                          plan.schema, next(iter(plan.columns.values())))
     manifest = json.loads((work_dir / MANIFEST).read_text(encoding="utf-8"))
-    write_atomically(work_dir / COMPLETE, json.dumps({**manifest, "total_rows": num_rows}))
+    write_atomically(work_dir / COMPLETE, json.dumps({**manifest, "total_rows": num_rows,
+                                                      WRITTEN_FORMAT: format_record(plan.output)}))
     (work_dir / MANIFEST).unlink()
     _remove_work_dir(work_dir)
     record_finished_job(plan.output_path, plan.output, manifest, num_rows, valid)

@@ -42,12 +42,15 @@ from hf_adapters.engines.job_files import (
     LOCK,
     MANIFEST,
     PARTS,
+    WRITTEN_FORMAT,
+    format_record,
     job_changes,
     read_json,
     record_finished_job,
     rows_without_manifest,
     same_job,
     work_dir_for,
+    written_in,
 )
 from hf_adapters.engines.local import JobConflictError
 from hf_adapters.files.score_files import SHARD_PATTERN, OutputFormat, write_output
@@ -131,8 +134,8 @@ def open_work_dir(work_dir: Path, output_path: Path, manifest: dict[str, Any], o
     ``manifest`` says (its ``parts``), or of the local engine are a JobConflictError, unless
     ``overwrite`` (or nothing is saved in them): then they are discarded. Call it holding the lock."""
     complete = read_json(work_dir / COMPLETE)
-    if isinstance(complete, dict) and same_job(complete, manifest) and output.is_complete(output_path) and \
-            complete.get(PARTS, manifest[PARTS]) == manifest[PARTS]:  # the default engine's, or written as asked
+    if isinstance(complete, dict) and same_job(complete, manifest) and written_in(complete, output) and \
+            output.is_complete(output_path) and complete.get(PARTS, manifest[PARTS]) == manifest[PARTS]:
         return "complete", complete
     old = read_json(work_dir / MANIFEST)
     if isinstance(old, dict) and old.get("engine") == ENGINE and same_job(old, manifest) and \
@@ -258,7 +261,7 @@ def finish(work_dir: Path, output_path: Path, output: OutputFormat, manifest: di
     """With the output in place: record the job as complete (a kill from here on leaves a job whose
     rerun only cleans up), remove the work folder, that record last, and record the finished job
     for any engine's rerun (:func:`~hf_adapters.engines.job_files.record_finished_job`)."""
-    complete = {**manifest, "total_rows": rows, "valid": valid}
+    complete = {**manifest, "total_rows": rows, "valid": valid, WRITTEN_FORMAT: format_record(output)}
     _write_durably(work_dir / COMPLETE, json.dumps(complete, sort_keys=True).encode())
     (work_dir / MANIFEST).unlink(missing_ok=True)
     for entry in work_dir.iterdir():
@@ -267,4 +270,4 @@ def finish(work_dir: Path, output_path: Path, output: OutputFormat, manifest: di
     (work_dir / COMPLETE).unlink(missing_ok=True)
     shutil.rmtree(work_dir, ignore_errors=True)
     record_finished_job(output_path, output, {key: value for key, value in manifest.items()
-                                              if key not in ("total_rows", "valid")}, rows, valid)
+                                              if key not in ("total_rows", "valid", WRITTEN_FORMAT)}, rows, valid)

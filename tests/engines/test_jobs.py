@@ -793,3 +793,26 @@ def test_a_finished_output_written_a_parquet_file_per_block_is_refused_naming_th
     scorer = LengthRatioScorer()
     assert not run_scoring_job(rows, scorer, output, progress=False, output=parquet, overwrite=True).skipped
     assert run_scoring_job(rows, LengthRatioScorer(), output, progress=False, output=parquet).skipped
+
+
+def test_a_kill_during_the_cleanup_then_a_rerun_in_another_format_scores_it_again_in_that_format(tmp_path,
+                                                                                                monkeypatch):
+    """The output left in place by a kill during the cleanup is this job's only in the format it was
+    written in: a rerun keeping the rows' columns writes them (it was taken as complete, recorded as
+    finished in the new format, and every later rerun did nothing)."""
+    from hf_adapters.files.score_files import OutputFormat
+
+    def killed_during_cleanup(work_dir):
+        raise KeyboardInterrupt
+
+    rows, output, remove_work_dir = Dataset.from_list(make_rows(6)), tmp_path / "out.jsonl", local._remove_work_dir
+    monkeypatch.setattr(local, "_remove_work_dir", killed_during_cleanup)
+    with pytest.raises(KeyboardInterrupt):
+        run_scoring_job(rows, LengthRatioScorer(), output, progress=False)
+    monkeypatch.setattr(local, "_remove_work_dir", remove_work_dir)
+    kept = OutputFormat(keep_columns=True)
+    scorer = LengthRatioScorer()
+    assert not run_scoring_job(rows, scorer, output, progress=False, output=kept).skipped
+    assert len(scorer.scored_rows) == 6
+    assert [list(line) for line in read_jsonl(output)][0] == ["id", "instruction", "input", "output", "score"]
+    assert run_scoring_job(rows, LengthRatioScorer(), output, progress=False, output=kept).skipped

@@ -684,3 +684,23 @@ def test_ray_writes_kept_values_and_ids_as_they_were_read_and_refuses_a_nan_id_n
     assert score(config, tmp_path / "saved", tmp_path / "nan.jsonl", "--engine", "ray") == 2
     assert capsys.readouterr().err.splitlines()[-1] == (
         "error: Row 1 of the data: the id NaN is not a number (NaN and infinities name no row); give the row an id.")
+
+
+def test_an_output_left_complete_by_a_kill_during_the_cleanup_is_this_jobs_only_in_its_own_format(tmp_path):
+    """A rerun asking for another format (here the rows' columns) does not take it as complete: it
+    starts afresh, and writes the format it asks for."""
+    import dataclasses
+
+    from hf_adapters.engines.ray_parts import open_work_dir
+    from hf_adapters.files.score_files import OutputFormat
+
+    output, work_dir, jsonl = tmp_path / "o.jsonl", tmp_path / "o.jsonl.parts", OutputFormat()
+    output.write_text('{"id": 0, "score": 1.0}\n')
+    work_dir.mkdir()
+    complete = {**ray_manifest(), "total_rows": 1, "valid": 1,
+                "format": {"kind": "jsonl", "keep_columns": False, "rows_per_shard": jsonl.rows_per_shard}}
+    (work_dir / "complete.json").write_text(json.dumps(complete))
+    assert open_work_dir(work_dir, output, ray_manifest(), False, jsonl) == ("complete", complete)
+    kept = dataclasses.replace(jsonl, keep_columns=True)
+    rerun = ray_manifest(parts={"format": "jsonl", "keep_columns": True, "columns": ["score"]})
+    assert open_work_dir(work_dir, output, rerun, False, kept) == ("fresh", rerun)
