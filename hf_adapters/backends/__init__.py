@@ -18,6 +18,7 @@ import torch
 from hf_adapters.backends.base import LikelihoodBackend
 from hf_adapters.backends.loading import DEFAULT_MODEL_ID, resolve_dtype
 from hf_adapters.backends.transformers.model import TransformersBackend, score_continuations
+from hf_adapters.backends.transformers.reward_model import RewardModelBackend
 from hf_adapters.backends.vllm import VLLMBackend
 from hf_adapters.core.options import OptionSpec, check_batch_size
 from hf_adapters.core.plugins import BACKEND_GROUP, entry_point_class, entry_point_names, refuse_builtin_name
@@ -40,6 +41,7 @@ def register_backend(cls: type[LikelihoodBackend]) -> type[LikelihoodBackend]:
 
 register_backend(TransformersBackend)
 register_backend(VLLMBackend)
+register_backend(RewardModelBackend)
 BUILTIN_BACKENDS.update(BACKENDS)
 
 
@@ -167,6 +169,7 @@ __all__ = [
     "BACKENDS",
     "BackendOptions",
     "LikelihoodBackend",
+    "RewardModelBackend",
     "TransformersBackend",
     "VLLMBackend",
     "backend_class",
