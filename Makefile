@@ -22,7 +22,7 @@ VLLM_TESTS ?= 1
 
 install: $(STAMP)
 
-$(STAMP): setup.cfg setup.py pyproject.toml
+$(STAMP): setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH_SPEC)"
 	$(PY) -m pip install -q -e ".[test]"
@@ -31,7 +31,7 @@ $(STAMP): setup.cfg setup.py pyproject.toml
 
 vllm: $(VLLM_STAMP)
 
-$(VLLM_STAMP): setup.cfg setup.py pyproject.toml
+$(VLLM_STAMP): setup.cfg pyproject.toml
 	test -x $(VLLM_PY) || $(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_PY) -c "import torch" 2>/dev/null || $(VLLM_PY) -m pip install -q "$(TORCH_SPEC)"
 	$(VLLM_PY) -m pip install -q "$(VLLM_SPEC)"

@@ -161,3 +161,15 @@ def test_every_earlier_module_path_imports_as_the_module_it_became():
             continue
         assert module is importlib.import_module(f"hf_adapters.{new}"), old
         assert not first_import or any(f"hf_adapters.{new}" in str(warning.message) for warning in caught), old
+
+
+def test_setup_cfg_lists_every_package_folder_and_the_metric_modules():
+    import configparser
+
+    from setuptools import find_packages
+
+    config = configparser.ConfigParser()
+    config.read(PACKAGE.parent / "setup.cfg", encoding="utf-8")
+    listed = config["options"]["packages"].split()
+    assert sorted(listed) == sorted([*find_packages(str(PACKAGE.parent), include=["hf_adapters", "hf_adapters.*"]),
+                                     "hf_adapters.metrics"])

@@ -33,7 +33,7 @@ def test_an_unknown_metric_name_is_an_error_naming_the_shipped_modules():
 def test_an_installed_package_ships_the_metric_modules_and_loads_them_from_anywhere(tmp_path):
     source = tmp_path / "source"
     source.mkdir()
-    for name in ("setup.cfg", "setup.py", "pyproject.toml", "README.md"):
+    for name in ("setup.cfg", "pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, source / name)
     for folder in ("hf_adapters", "metrics"):
         shutil.copytree(ROOT / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
