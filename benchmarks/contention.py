@@ -14,11 +14,12 @@ The "default" rows set nothing, as a Python process that imports torch itself do
 With ``--against COMMIT`` it compares this checkout's code with an earlier commit's instead, as a
 user's script runs it: IFD through the evaluate module (``evaluate.load("./metrics/ifd")``,
 ``batch_size=8``, ``HF_ADAPTERS_CPU_LINEAR=default``, nothing set for OpenMP), the commit checked
-out into a temporary git worktree (removed at the end). Each case is a fresh process in its
-checkout; the two run in pairs, quiet and then beside the busy processes, the pair's order swapped
-each round (A B, B A, A B...) so that a load that rises or falls during the run favours neither,
-and each pair gives one time ratio. The report's section replaces the same section of
-``--output``, keeping the rest of the file::
+out into a temporary git worktree (removed at the end). Quiet, then beside the busy processes,
+each checkout gets one process, both started at the same time; then they take turns scoring the
+rows, the pair's order swapped each round (A B, B A, A B...) so that a load that rises or falls
+during the run favours neither, and each pair gives one time ratio (and one of CPU seconds, which
+spinning threads inflate). The report's section replaces the same section of ``--output``,
+keeping the rest of the file::
 
     python -m benchmarks.contention --against 68240b1 --limit 24 \\
         --data ../shared/data/alpaca_cherry_5pct.json --output benchmarks/CONTENTION.md
@@ -35,7 +36,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -92,20 +92,26 @@ def measure(args: argparse.Namespace, busy: int) -> dict[str, float]:
             process.kill()
 
 
-#: A case of ``--against``, run by ``python -c`` in a checkout's root with the checkout first on the
-#: path, so that it imports that checkout's package and metric: a warm-up on two rows loads the
-#: model, then IFD of every row of the JSON file ``argv[1]`` is timed.
-IFD_MODULE_CASE = """
+#: A checkout's worker for ``--against``, run by ``python -c`` in the checkout's root with the checkout
+#: first on the path, so that it imports that checkout's package and metric. It loads the metric and
+#: the model (a warm-up on two rows of the JSON file ``argv[1]``) and says how long that took; then
+#: for each line it reads, it scores every row and says the call's seconds, its CPU seconds (torch's
+#: threads included: spinning counts) and the scores (as ``repr``, to compare bit for bit).
+IFD_MODULE_WORKER = """
 import json, sys, time
+start = time.perf_counter()
 import evaluate
 rows = json.load(open(sys.argv[1], encoding="utf-8"))
 columns = {name: [row[key] for row in rows] for name, key in
            (("instructions", "instruction"), ("inputs", "input"), ("outputs", "output"))}
 ifd = evaluate.load("./metrics/ifd")
 ifd.compute(**{name: values[:2] for name, values in columns.items()}, batch_size=8)
-start = time.perf_counter()
-scores = ifd.compute(**columns, batch_size=8)["ifd_scores"]
-print(json.dumps({"seconds": time.perf_counter() - start, "scores": [repr(score) for score in scores]}))
+print(json.dumps({"seconds": time.perf_counter() - start}), flush=True)
+for _ in sys.stdin:
+    start, cpu = time.perf_counter(), time.process_time()
+    scores = ifd.compute(**columns, batch_size=8)["ifd_scores"]
+    print(json.dumps({"seconds": time.perf_counter() - start, "cpu": time.process_time() - cpu,
+                      "scores": [repr(score) for score in scores]}), flush=True)
 """
 #: The variables a case of ``--against`` runs with: the kernel the report used, nothing for OpenMP.
 IFD_MODULE_ENVIRONMENT = {"HF_ADAPTERS_CPU_LINEAR": "default", "HF_HUB_OFFLINE": "1"}
@@ -136,39 +142,61 @@ def pair_orders(rounds: int) -> list[tuple[int, int]]:
     return [(0, 1) if round_ % 2 == 0 else (1, 0) for round_ in range(rounds)]
 
 
-def ifd_module_case(checkout: Path, rows_file: Path) -> tuple[float, float, list[str]]:
-    """One fresh process scoring the rows in ``checkout``: the timed IFD call's seconds, the whole
-    process's seconds and the scores (as ``repr`` strings, to compare bit for bit)."""
-    environment = {name: value for name, value in os.environ.items() if name not in OPENMP_VARIABLES}
-    environment.update(IFD_MODULE_ENVIRONMENT, PYTHONPATH=str(checkout))
-    start = time.perf_counter()
-    output = subprocess.run([sys.executable, "-c", IFD_MODULE_CASE, str(rows_file)], cwd=checkout, env=environment,
-                            capture_output=True, text=True, check=True).stdout
-    whole = time.perf_counter() - start
-    case = json.loads(output.strip().splitlines()[-1])
-    return case["seconds"], whole, case["scores"]
+class CheckoutWorker:
+    """A process running :data:`IFD_MODULE_WORKER` in a checkout, its messages on stderr in ``log_file``."""
+
+    def __init__(self, checkout: Path, rows_file: Path, log_file: Path):
+        environment = {name: value for name, value in os.environ.items() if name not in OPENMP_VARIABLES}
+        environment.update(IFD_MODULE_ENVIRONMENT, PYTHONPATH=str(checkout))
+        self.checkout, self.log_file = checkout, log_file
+        with open(log_file, "w", encoding="utf-8") as log_handle:
+            self.process = subprocess.Popen([sys.executable, "-c", IFD_MODULE_WORKER, str(rows_file)], cwd=checkout,
+                                            env=environment, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                            stderr=log_handle, text=True)
+
+    def reply(self) -> dict:
+        """The worker's next JSON line (other output skipped); a RuntimeError if it stopped."""
+        for line in self.process.stdout:
+            with contextlib.suppress(json.JSONDecodeError):
+                message = json.loads(line)
+                if isinstance(message, dict) and "seconds" in message:
+                    return message
+        raise RuntimeError(f"The worker in {self.checkout} stopped; its messages are in {self.log_file}.")
+
+    def score(self) -> dict:
+        """One timed call on every row: its seconds, CPU seconds and scores."""
+        self.process.stdin.write("score\n")
+        self.process.stdin.flush()
+        return self.reply()
 
 
-def measure_checkouts(checkouts: Sequence[Path], rows_file: Path, rounds: int, busy: int
-                      ) -> tuple[list[tuple[float, float]], list[tuple[float, float]], set[tuple[str, ...]]]:
-    """Per round, (checkout 0's seconds, checkout 1's seconds) of the timed call and of the whole
-    process, beside ``busy`` spinning processes; and the distinct score lists seen."""
+def measure_checkouts(checkouts: Sequence[Path], rows_file: Path, rounds: int, busy: int, folder: Path
+                      ) -> dict[str, list[tuple[float, float]] | set[tuple[str, ...]]]:
+    """Beside ``busy`` spinning processes: each checkout's worker started at the same time
+    (``start``: one pair of start-up and warm-up seconds), then per round the two timed calls
+    (``seconds`` and ``cpu``: one pair each, checkout 0's first), the pair's order swapped each round;
+    and the distinct score lists seen (``scores``)."""
     spinners = [subprocess.Popen([sys.executable, "-c", BUSY_LOOP]) for _ in range(busy)]
-    calls, processes, scores = [], [], set()
+    workers = []
     try:
+        workers = [CheckoutWorker(checkout, rows_file, folder / f"worker{index}-busy{busy}.log")
+                   for index, checkout in enumerate(checkouts)]
+        starts = [worker.reply()["seconds"] for worker in workers]
+        measured: dict = {"start": [tuple(starts)], "seconds": [], "cpu": [], "scores": set()}
         for round_, order in enumerate(pair_orders(rounds)):
-            call, whole = [0.0, 0.0], [0.0, 0.0]
+            calls: dict[int, dict] = {}
             for index in order:
-                call[index], whole[index], case_scores = ifd_module_case(checkouts[index], rows_file)
-                scores.add(tuple(case_scores))
-                log(f"{busy} busy, round {round_ + 1}, {checkouts[index]}: {call[index]:.1f} s "
-                    f"({whole[index]:.1f} s the whole process; load {os.getloadavg()[0]:.1f})")
-            calls.append((call[0], call[1]))
-            processes.append((whole[0], whole[1]))
+                calls[index] = workers[index].score()
+                measured["scores"].add(tuple(calls[index]["scores"]))
+                log(f"{busy} busy, round {round_ + 1}, {checkouts[index]}: {calls[index]['seconds']:.1f} s, "
+                    f"{calls[index]['cpu']:.1f} CPU s (load {os.getloadavg()[0]:.1f})")
+            for key in ("seconds", "cpu"):
+                measured[key].append((calls[0][key], calls[1][key]))
+        return measured
     finally:
-        for process in spinners:
+        for process in [*spinners, *(worker.process for worker in workers)]:
             process.kill()
-    return calls, processes, scores
+            process.wait()
 
 
 def ratio_summary(pairs: Sequence[tuple[float, float]]) -> str:
@@ -201,10 +229,11 @@ def against(args: argparse.Namespace, records: list[dict], source: str) -> None:
         rows_file = Path(folder) / "rows.json"
         rows_file.write_text(json.dumps(rows), encoding="utf-8")
         load_before = os.getloadavg()
-        quiet = measure_checkouts([root, earlier], rows_file, args.rounds, 0)
-        busy = measure_checkouts([root, earlier], rows_file, args.rounds, args.busy)
+        phases = {"quiet": measure_checkouts([root, earlier], rows_file, args.rounds, 0, Path(folder)),
+                  f"beside {args.busy} busy processes": measure_checkouts([root, earlier], rows_file, args.rounds,
+                                                                          args.busy, Path(folder))}
         load_after = os.getloadavg()
-    identical = len(quiet[2] | busy[2]) == 1
+    scores = set().union(*(phase["scores"] for phase in phases.values()))
     lines = [
         AGAINST_HEADING,
         "",
@@ -212,17 +241,18 @@ def against(args: argparse.Namespace, records: list[dict], source: str) -> None:
         f"and {load_after[0]:.1f} after it (1 minute; other work on the machine counts in it). IFD of "
         f"{len(records)} records of {source} through the evaluate module, batch_size=8, "
         f"HF_ADAPTERS_CPU_LINEAR=default, no OpenMP variable set; this checkout (HEAD {head}) against "
-        f"{args.against}, each case a fresh process, {args.rounds} pairs quiet and {args.rounds} beside "
-        f"{args.busy} busy processes, the pair's order swapped each round. Scores: "
-        + ("bit-identical in every case." if identical else f"{len(quiet[2] | busy[2])} different score lists!"),
+        f"{args.against}. Per phase each checkout has one process, both started at the same time (start-up: "
+        f"importing, loading the metric and the model, a warm-up on two rows), then {args.rounds} pairs of timed "
+        f"calls, the pair's order swapped each round. Scores: "
+        + ("bit-identical in every call." if len(scores) == 1 else f"{len(scores)} different score lists!"),
         "",
-        f"| | this checkout / {args.against}: the timed call, median (each pair) | the whole process | "
-        f"{args.against}'s timed call, median s |",
-        "| --- | --- | --- | ---: |",
+        f"| | this checkout / {args.against}: the timed call, median (each pair) | CPU seconds of the call "
+        f"| start-up (one pair) | {args.against}'s timed call, median s |",
+        "| --- | --- | --- | --- | ---: |",
     ]
-    for name, (calls, processes, _) in (("quiet", quiet), (f"beside {args.busy} busy processes", busy)):
-        lines.append(f"| {name} | {ratio_summary(calls)} | {ratio_summary(processes)} | "
-                     f"{statistics.median(second for _, second in calls):.1f} |")
+    for name, phase in phases.items():
+        lines.append(f"| {name} | {ratio_summary(phase['seconds'])} | {ratio_summary(phase['cpu'])} | "
+                     f"{ratio_summary(phase['start'])} | {statistics.median(b for _, b in phase['seconds']):.1f} |")
     command = " ".join(["python -m benchmarks.contention", *args.argv])
     lines += ["", f"Command: `{command}`"]
     section = "\n".join(lines)
