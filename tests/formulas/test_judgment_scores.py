@@ -145,3 +145,27 @@ def test_the_backend_scores_label_siblings_as_their_own_items(model, tokenizer):
     together = backend.score(items)
     alone = [backend.score([item])[0] for item in items]
     assert [score.nll for score in together] == pytest.approx([score.nll for score in alone], rel=1e-6)
+
+
+@pytest.mark.kernels
+def test_ask_llms_opendataarena_convention_scores_the_tokens_after_the_texts_length_in_the_joint_encoding(
+        model, tokenizer):
+    options = AskLlmOptions(prompt="Good data? yes or no\n\n", yes_token="yes")
+
+    def naive(m):
+        values = []
+        for row in ROWS:
+            text = ask_llm_text(*row, options)
+            joined = tokenizer(text + options.yes_token, add_special_tokens=False).input_ids
+            length = len(tokenizer(text, add_special_tokens=False).input_ids)
+            with torch.inference_mode():
+                log_probs = torch.log_softmax(m(torch.tensor([joined])).logits[0, length - 1:-1], dim=-1)
+            values.append(float(log_probs[range(len(joined) - length), joined[length:]].mean()))
+        return values
+
+    result = compute_ask_llm(INSTRUCTIONS, OUTPUTS, INPUTS, prompt=options.prompt, convention="opendataarena",
+                             model=model, tokenizer=tokenizer, batch_size=3)
+    assert_exact(result["ask_llm_scores"], naive, model)
+    cut = compute_ask_llm(INSTRUCTIONS[:1], OUTPUTS[:1], prompt=options.prompt, convention="opendataarena",
+                          max_length=10, model=model, tokenizer=tokenizer)
+    assert cut["ask_llm_scores"] == [-100.0]
