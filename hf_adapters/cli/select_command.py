@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from typing import Any
 
@@ -11,7 +12,7 @@ from hf_adapters.cli.arguments import hide_library_progress, positive_int
 from hf_adapters.core.conventions import SELECTION_CONVENTIONS, describe
 from hf_adapters.core.wording import noun_for, plural
 from hf_adapters.curation.ranking import check_scores, selection_indices
-from hf_adapters.curation.score_bounds import RANK_PRODUCT, parse_bound
+from hf_adapters.curation.score_bounds import RANK_PRODUCT, SCORE_PRODUCT, parse_bound
 from hf_adapters.files.data_io import LOADERS, read_records, read_rows, row_ids, written_id
 from hf_adapters.files.json_values import json_safe, to_json_value
 from hf_adapters.files.output_paths import check_output_path
@@ -93,12 +94,15 @@ def note_data_values_kept(dataset: Any, lines: list[dict], indices: list[int], s
 
 
 def ranked_scores(args: argparse.Namespace, ids: list, lines: list[dict]) -> tuple[list[float], dict[str, list[bool]]]:
-    """The score each row is ranked by (--score-column's, or the rank product of --rank-product's columns)
-    and the rows the --where bounds remove, by rule."""
+    """The score each row is ranked by (--score-column's, the product of --score-product's columns, or the
+    rank product of --rank-product's columns) and the rows the --where bounds remove, by rule."""
     from hf_adapters.curation.score_bounds import bound_exclusions, parse_ranked_column, rank_product
 
     bounded = {bound.column: joined_scores(ids, lines, bound.column, "--where") for bound in args.where}
     exclusions = bound_exclusions(bounded, args.where)
+    if args.score_product:
+        columns = [joined_scores(ids, lines, name, "--score-product") for name in args.score_product]
+        return [math.prod(values) for values in zip(*columns, strict=True)], exclusions
     if not args.rank_product:
         return joined_scores(ids, lines, args.score_column), exclusions
     ranked = [parse_ranked_column(text) for text in args.rank_product]
@@ -108,7 +112,15 @@ def ranked_scores(args: argparse.Namespace, ids: list, lines: list[dict]) -> tup
 
 
 def check_ranking_options(args: argparse.Namespace) -> None:
-    """Refuse --rank-product with the options of a one-column ranking, and a single column to multiply."""
+    """Refuse --rank-product with the options of a one-column ranking, --score-product with --score-column or
+    --rank-product, and a single column to multiply."""
+    if args.score_product:
+        if len(args.score_product) < 2:
+            raise ValueError("--score-product multiplies two or more columns; rank by one with --score-column.")
+        if args.score_column or args.rank_product:
+            raise ValueError("--score-product ranks by the product of its columns: it takes no "
+                             f"{'--score-column' if args.score_column else '--rank-product'}.")
+        return
     if not args.rank_product:
         args.score_column = args.score_column or "score"
         return
@@ -148,7 +160,8 @@ def run(args: argparse.Namespace) -> int:
         check_output_path(args.output, {"data": args.data, "scores": args.scores})
         check_ranking_options(args)
         dataset = read_rows(args.data)
-        args.column = args.column or (RANK_PRODUCT if args.rank_product else args.score_column)
+        args.column = args.column or (SCORE_PRODUCT if args.score_product else RANK_PRODUCT if args.rank_product
+                                      else args.score_column)
         if args.column in dataset.column_names:
             raise ValueError(f"--column {args.column!r} is a column of the data; give the score another name.")
         lines = read_records(args.scores)
@@ -206,12 +219,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--where", type=bound, action="append", default=[], metavar="COLUMN<VALUE",
                         help="keep only rows whose score in a column of the score file passes this bound "
                         "(<, <=, > or >=; quote it for the shell), e.g. 'perplexity<50'; repeat for more")
+    parser.add_argument("--score-product", nargs="+", metavar="COLUMN",
+                        help="rank by the product of two or more columns' scores, the highest first (NaN where "
+                        "one is NaN); written as score_product, e.g. DEITA's evol score: deita_complexity "
+                        "deita_quality")
     parser.add_argument("--rank-product", nargs="+", metavar="COLUMN[:lowest]",
                         help="rank by two or more columns at once: by the geometric mean of each row's ranks in "
                         "them (1: the best score of a column, the highest, or with :lowest the lowest) over the "
                         "rows ranked, lowest first; written as rank_product, e.g. ifd perplexity:lowest")
     parser.add_argument("--column", default=None,
-                        help="name of the ranked score in the output (default: --score-column's, or rank_product)")
+                        help="name of the ranked score in the output (default: --score-column's, score_product or "
+                        "rank_product)")
     diversity = parser.add_argument_group("diversity", "keep rows unlike each other, by their embeddings")
     diversity.add_argument("--diversity", choices=["deita", "facility_location", "semantic_dedup"],
                            help="deita: best first, skipping rows too similar to a kept one, until --top-n (or "

@@ -16,6 +16,8 @@ OPERATORS = {"<=": operator.le, ">=": operator.ge, "<": operator.lt, ">": operat
 _OUTSIDE = {"<": "at or above", "<=": "above", ">": "at or below", ">=": "below"}
 #: The name under which ``select`` writes the rank product.
 RANK_PRODUCT = "rank_product"
+#: The name under which ``select --score-product`` writes the product of the columns' scores.
+SCORE_PRODUCT = "score_product"
 
 
 @dataclass(frozen=True)

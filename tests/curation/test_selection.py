@@ -371,6 +371,16 @@ def test_select_by_rank_product_keeps_the_rows_best_in_every_column_together(tmp
     assert "1 row removed: ifd at or above 1" in capsys.readouterr().out
 
 
+def test_select_by_score_product_keeps_the_rows_whose_scores_multiply_highest(tmp_path):
+    argv = set_files(tmp_path)
+    assert main([*argv, "--score-product", "ifd", "answer_entropy", "--top-n", "2", "--order", "score"]) == 0
+    selected = read_jsonl(tmp_path / "selected.jsonl")
+    # ifd x answer_entropy: 1.35, 0.6, 2.0, 0.5, (no ifd), 1.1875
+    assert [row["id"] for row in selected] == ["r2", "r0"]
+    assert selected[0]["score_product"] == pytest.approx(0.8 * 2.5)
+    assert {"ifd", "perplexity", "answer_entropy"} <= selected[0].keys()
+
+
 @pytest.mark.parametrize(("extra", "message"), [
     (["--rank-product", "ifd"], "two or more columns"),
     (["--rank-product", "ifd", "perplexity", "--score-column", "ifd"], "takes no --score-column"),
@@ -378,6 +388,9 @@ def test_select_by_rank_product_keeps_the_rows_best_in_every_column_together(tmp
     (["--rank-product", "ifd", "perplexity", "--convention", "cherry"], "takes no --convention"),
     (["--rank-product", "ifd", "nope"], "--rank-product takes one of ['ifd', 'perplexity', 'answer_entropy']"),
     (["--where", "nope<1"], "--where takes one of ['ifd', 'perplexity', 'answer_entropy']"),
+    (["--score-product", "ifd"], "--score-product multiplies two or more columns"),
+    (["--score-product", "ifd", "perplexity", "--score-column", "ifd"], "takes no --score-column"),
+    (["--score-product", "ifd", "perplexity", "--rank-product", "ifd", "perplexity"], "takes no --rank-product"),
 ])
 def test_select_on_several_columns_refuses_what_it_cannot_do_in_one_line(tmp_path, capsys, extra, message):
     assert message in refused_with_a_message([*set_files(tmp_path), *extra], capsys)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from hf_adapters import cli
 from hf_adapters.formulas.ask_llm import compute_ask_llm
 from hf_adapters.formulas.deita import compute_deita
 from hf_adapters.formulas.selectit import compute_selectit
@@ -21,6 +22,7 @@ from hf_adapters.scorers import (
     build_scorer,
     load_config,
 )
+from tests.conftest import read_jsonl, write_config, write_jsonl
 from tests.formulas.test_judgment_scores import INPUTS, INSTRUCTIONS, OUTPUTS, ROWS
 
 CONFIGS = Path(__file__).resolve().parents[2] / "hf_adapters" / "configs"
@@ -80,3 +82,23 @@ def test_the_judgment_set_equals_each_scorer_alone(model_dir):
         alone = build_scorer({"name": name, "model": model_dir}).score_batch(batch)
         for column, values in alone.items():
             assert together[column] == pytest.approx(values, rel=1e-5), column
+
+
+def test_deitas_pipeline_from_raw_rows_scores_multiplies_and_selects_a_diverse_subset(model_dir, tmp_path):
+    """DEITA's whole pipeline: complexity and quality in one job, their product (the evol score) and its
+    diversity filter on the model's own embeddings."""
+    data = write_jsonl(tmp_path / "rows.jsonl", [{"id": f"r{i}", **row} for i, row in enumerate(RECORDS)])
+    config = write_config(tmp_path / "deita.yaml", "scores:\n  - name: DeitaCScorer\n  - name: DeitaQScorer\n")
+    scores, vectors, selected = tmp_path / "scores.jsonl", tmp_path / "vectors.npy", tmp_path / "selected.jsonl"
+    assert cli.main(["score", config, "--data", str(data), "--output", str(scores), "--model", model_dir]) == 0
+    assert cli.main(["embed", "--data", str(data), "--output", str(vectors), "--model", model_dir,
+                     "--pooling", "last"]) == 0
+    assert cli.main(["select", "--data", str(data), "--scores", str(scores), "--output", str(selected),
+                     "--score-product", "deita_complexity", "deita_quality", "--diversity", "deita",
+                     "--embeddings", str(vectors), "--similarity-threshold", "0.999", "--top-n", "2",
+                     "--order", "score"]) == 0
+    lines = read_jsonl(scores)
+    products = {line["id"]: line["deita_complexity"] * line["deita_quality"] for line in lines}
+    kept = read_jsonl(selected)
+    assert [row["id"] for row in kept] == sorted(products, key=products.get, reverse=True)[:2]
+    assert kept[0]["score_product"] == pytest.approx(products[kept[0]["id"]])
