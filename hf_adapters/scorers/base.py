@@ -78,6 +78,8 @@ class RowScorer:
     named_outputs: tuple[str, ...] = ()
     #: Whether scoring runs a model (and so takes a ``device``).
     runs_model: ClassVar[bool] = False
+    #: Whether it can score with a score set's one causal LM (a reward model's scorer cannot).
+    joins_score_sets: ClassVar[bool] = True
 
     def __init__(self, **config: Any):
         column_keys = {f"{role}_column": role for role in self.roles}

@@ -147,6 +147,7 @@ class RewardModelScorer(InstructionRowScorer):
     """
 
     name = "RewardModelScorer"
+    joins_score_sets = False
     option_spec = RewardOptions
     outputs = ("reward",)
     result_keys = ("rewards",)

@@ -164,6 +164,9 @@ class ScoreSet(RowScorer):
                               f"got {entry!r}.")
         if "scores" in config or config["name"] == ScoreSet.name:
             raise ConfigError(f"Member {position} of the score set is a score set; list its members instead.")
+        if not scorer_class(config).joins_score_sets:
+            raise ConfigError(f"{config['name']} (member {position} of the score set) reads a model of its own, not "
+                              "the set's causal LM: score it in a job of its own.")
         if given := [key for key in SHARED_KEYS if key in config]:
             raise ConfigError(f"{config['name']} (member {position} of the score set) gives {given}: the members share "
                               "these; give them once, beside `scores`.")

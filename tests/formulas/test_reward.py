@@ -14,7 +14,7 @@ from transformers import LlamaConfig, LlamaForSequenceClassification
 from hf_adapters.backends import RewardModelBackend, TransformersBackend
 from hf_adapters.backends.transformers.reward_model import RewardModelError
 from hf_adapters.formulas.reward import RewardOptions, reward_conversation
-from hf_adapters.scorers import build_scorer
+from hf_adapters.scorers import ConfigError, build_scorer
 from tests.conftest import assert_exact, build_tokenizer, saved_model
 from tests.formulas.test_judgment_scores import ROWS
 
@@ -114,3 +114,8 @@ def test_a_reward_model_of_an_architecture_transformers_lacks_is_refused_not_giv
     (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
     with pytest.raises(RewardModelError, match="AtheneForSequenceClassification, which transformers does not ship"):
         RewardModelBackend.from_pretrained(str(folder))
+
+
+def test_a_reward_model_cannot_join_a_score_set_of_one_causal_lm():
+    with pytest.raises(ConfigError, match="SkyworkRewardScorer .member 1 of the score set. reads a model of its own"):
+        build_scorer({"scores": ["IFDScorer", "SkyworkRewardScorer"]})
