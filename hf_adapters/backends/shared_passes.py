@@ -199,8 +199,14 @@ class SharedPasses:
     def count(self) -> tuple[int, int]:
         """(items the recorded calls ask for, sequences that :meth:`run` sends through a model)."""
         items = sum(1 for calls in self._calls.values() for call in calls for item in call.prepared if _scorable(item))
-        passes = sum(_hosts(keys) for calls in self._calls.values() for keys in self._groups(calls).values())
+        passes = sum(len(_hosts(keys)) for calls in self._calls.values() for keys in self._groups(calls).values())
         return items, passes
+
+    def tokens(self) -> int:
+        """The tokens the recorded calls send through a model: the length of each sequence that runs a
+        forward pass (:meth:`count`'s)."""
+        return sum(len(ids) for calls in self._calls.values() for keys in self._groups(calls).values()
+                   for ids, _ in _hosts(keys))
 
     def run(self) -> None:
         """Score every distinct recorded sequence, one backend call per backend and set of per-token outputs."""
@@ -218,7 +224,7 @@ class SharedPasses:
         self._replayed = {}
 
 
-def _hosts(keys: Sequence[Key]) -> int:
-    """How many of the sorted sequences run a forward pass: those that do not begin the next one."""
-    return sum(1 for key, following in zip(keys, [*keys[1:], None], strict=True)
-               if following is None or following[0][:len(key[0])] != key[0])
+def _hosts(keys: Sequence[Key]) -> list[Key]:
+    """The sorted sequences that run a forward pass: those that do not begin the next one."""
+    return [key for key, following in zip(keys, [*keys[1:], None], strict=True)
+            if following is None or following[0][:len(key[0])] != key[0]]

@@ -25,8 +25,9 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 #: The subcommands' modules, in this package.
-SUBCOMMANDS = ("compare_command", "demo_command", "embed_command", "ifeval_command", "lm_eval_command",
-               "parity_command", "perplexity_command", "score_command", "select_command", "summary_command")
+SUBCOMMANDS = ("compare_command", "demo_command", "embed_command", "estimate_command", "ifeval_command",
+               "lm_eval_command", "parity_command", "perplexity_command", "score_command", "select_command",
+               "summary_command")
 #: The exit status of a command stopped by Ctrl-C (128 + SIGINT), as a shell gives it.
 INTERRUPTED = 130
 #: The exit status of a command stopped by SIGTERM (128 + SIGTERM), as a shell gives it.
