@@ -46,6 +46,8 @@ from hf_adapters.scorers.ifd_scorer import IFDScorer
 
 #: The keys a set gives every member that runs a model: given once, beside ``scores``.
 SHARED_KEYS = ("model", "batch_size", "max_batch_tokens", "dtype", "backend")
+#: The shared key a member may give too: a model of its own, loaded once for every member that names it.
+MODEL_KEY = "model"
 #: The keys of IFD's prompt, after which the members of ``convention: exact`` read the answer.
 PROMPT_KEYS = ("template", "template_no_input")
 
@@ -77,12 +79,13 @@ def unknown_member_keys(name: str, position: int, unknown: Sequence[str], keys: 
     set's own keys go."""
     own = [key for key in keys if key not in SHARED_KEYS]
     optional = [key for key in further if key not in SHARED_KEYS]
+    shared = [key for key in SHARED_KEYS if key != MODEL_KEY]
     columns = (" `score_columns` is the job's: give it once, beside `scores`, naming any member's outputs."
                if "score_columns" in unknown else "")
     return (f"Unknown key(s) {list(unknown)} for {name} (member {position} of the score set); a member may give "
             f"{own}" + (f", and the optional {optional}" if optional else "")
-            + f"; {', '.join(f'`{key}`' for key in SHARED_KEYS[:-1])} and `{SHARED_KEYS[-1]}` are the set's, "
-            f"given once beside `scores`.{columns}")
+            + f"; {', '.join(f'`{key}`' for key in shared[:-1])} and `{shared[-1]}` are the set's, given once "
+            f"beside `scores`, as `{MODEL_KEY}` is unless a member reads a model of its own.{columns}")
 
 
 def ifds_prompt(members: Sequence[RowScorer]) -> IFDPrompt | None:
@@ -144,12 +147,17 @@ class ScoreSet(RowScorer):
         self.named_outputs = tuple(member.outputs[0] for member in self.members)
         self.output_types = {key: value for member in self.members for key, value in member.output_types.items()}
         self.progress = progress
+        #: The members that read a model of their own (``model`` in their config), not the set's.
+        self._own_model = [MODEL_KEY in config for config in configs]
         modelled = [member for member in self.members if member.runs_model]
-        first = modelled[0].config if modelled else {}
+        on_the_sets = [member for member, own in zip(self.members, self._own_model, strict=True)
+                       if member.runs_model and not own]
+        first = (on_the_sets or modelled)[0].config if modelled else {}
         self.config = {**{key: first[key] for key in SHARED_KEYS if key in first},
-                       "scores": [self._member_config(member) for member in self.members]}
+                       "scores": [self._member_config(member, own)
+                                  for member, own in zip(self.members, self._own_model, strict=True)]}
         self.columns, self.roles = {}, {}
-        self._backend: LikelihoodBackend | None = None
+        self._backends: dict[str, LikelihoodBackend] = {}
         #: The work so far: ``items``, what the members asked the model to score (what they would run
         #: alone), and ``forward_passes``, the sequences that went through it.
         self.work = {"items": 0, "forward_passes": 0}
@@ -167,9 +175,9 @@ class ScoreSet(RowScorer):
         if not scorer_class(config).joins_score_sets:
             raise ConfigError(f"{config['name']} (member {position} of the score set) reads a model of its own, not "
                               "the set's causal LM: score it in a job of its own.")
-        if given := [key for key in SHARED_KEYS if key in config]:
+        if given := [key for key in SHARED_KEYS if key in config and key != MODEL_KEY]:
             raise ConfigError(f"{config['name']} (member {position} of the score set) gives {given}: the members share "
-                              "these; give them once, beside `scores`.")
+                              "these; give them once, beside `scores` (a member may give a `model` of its own).")
         return config
 
     @staticmethod
@@ -177,7 +185,9 @@ class ScoreSet(RowScorer):
                 progress: bool | None) -> RowScorer:
         if not scorer_class(config).runs_model:
             return build_scorer(config)
-        return build_scorer({**config, **shared}, tokenizer=tokenizer, device=device, progress=progress)
+        own = {MODEL_KEY: config[MODEL_KEY]} if MODEL_KEY in config else {}
+        return build_scorer({**config, **shared, **own}, tokenizer=None if own else tokenizer, device=device,
+                            progress=progress)
 
     @staticmethod
     def _built(config: Mapping[str, Any], position: int, shared: Mapping[str, Any], tokenizer: Any, device: Any,
@@ -193,8 +203,10 @@ class ScoreSet(RowScorer):
             raise
 
     @staticmethod
-    def _member_config(member: RowScorer) -> dict[str, Any]:
-        return {key: value for key, value in member.fingerprint().items() if key not in SHARED_KEYS}
+    def _member_config(member: RowScorer, own_model: bool) -> dict[str, Any]:
+        """The member's config in the set's: its own keys, and its ``model`` where it reads its own."""
+        return {key: value for key, value in member.fingerprint().items()
+                if key not in SHARED_KEYS or (own_model and key == MODEL_KEY)}
 
     @classmethod
     def from_options(cls, scores: Sequence[Mapping[str, Any] | str], **options: Any) -> ScoreSet:
@@ -233,11 +245,13 @@ class ScoreSet(RowScorer):
     def load(self) -> LikelihoodBackend | None:
         """The model every member scores with, loaded once and handed to each of them (None: no member runs one)."""
         modelled = [member for member in self.members if isinstance(member, ModelRowScorer)]
-        if self._backend is None and modelled:
-            self._backend = modelled[0].load()
-            for member in modelled[1:]:
-                member._backend = self._backend
-        return self._backend
+        if not self._backends:
+            for member in modelled:
+                if (backend := self._backends.get(member.config[MODEL_KEY])) is None:
+                    self._backends[member.config[MODEL_KEY]] = member.load()
+                else:
+                    member._backend = backend
+        return next(iter(self._backends.values()), None)
 
     def prepare(self) -> None:
         self.load()
@@ -250,12 +264,20 @@ class ScoreSet(RowScorer):
         return None if any(identity is None for identity in identities) else {"members": identities}
 
     def measured_choices(self) -> dict[str, Any]:
-        backend = self.load()
-        return {} if backend is None else backend.measured_choices()
+        """The choices of the set's model, or with members of their own models, each model's by its name."""
+        self.load()
+        if len(self._backends) <= 1:
+            return next((backend.measured_choices() for backend in self._backends.values()), {})
+        return {"models": {model: backend.measured_choices() for model, backend in self._backends.items()}}
 
     def reuse_measured_choices(self, choices: Mapping[str, Any]) -> None:
-        if (backend := self.load()) is not None:
-            backend.reuse_measured_choices(choices)
+        self.load()
+        if len(self._backends) <= 1:
+            for backend in self._backends.values():
+                backend.reuse_measured_choices(choices)
+            return
+        for model, backend in self._backends.items():
+            backend.reuse_measured_choices(choices.get("models", {}).get(model, {}))
 
     def score_batch(self, batch: Mapping[str, list], first_row: int = 0) -> dict[str, list]:
         """Every member's outputs for a batch of columns, their likelihood calls sent through shared passes."""

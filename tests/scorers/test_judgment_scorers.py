@@ -22,7 +22,7 @@ from hf_adapters.scorers import (
     build_scorer,
     load_config,
 )
-from tests.conftest import read_jsonl, write_config, write_jsonl
+from tests.conftest import build_model, read_jsonl, saved_model, write_config, write_jsonl
 from tests.formulas.test_judgment_scores import INPUTS, INSTRUCTIONS, OUTPUTS, ROWS
 
 CONFIGS = Path(__file__).resolve().parents[2] / "hf_adapters" / "configs"
@@ -102,3 +102,35 @@ def test_deitas_pipeline_from_raw_rows_scores_multiplies_and_selects_a_diverse_s
     kept = read_jsonl(selected)
     assert [row["id"] for row in kept] == sorted(products, key=products.get, reverse=True)[:2]
     assert kept[0]["score_product"] == pytest.approx(products[kept[0]["id"]])
+
+
+@pytest.fixture(scope="module")
+def second_model_dir(tmp_path_factory, tokenizer) -> str:
+    """Another tiny model (other weights, the same tokenizer): a second scorer model."""
+    return saved_model(tmp_path_factory.mktemp("second-model"), build_model(len(tokenizer), seed=7), tokenizer)
+
+
+def test_a_member_with_a_model_of_its_own_scores_with_it_and_each_model_loads_once(model_dir, second_model_dir,
+                                                                                   monkeypatch):
+    """DEITA's two scorer models and IFD's model in one job: each member equals its scorer alone on its model."""
+    from hf_adapters.backends import loading
+
+    loads = []
+    original = loading.load_model
+    monkeypatch.setattr(loading, "load_model",
+                        lambda model_id, **options: loads.append(model_id) or original(model_id, **options))
+    loading.clear_model_cache()
+    config = {"model": model_dir, "scores": ["IFDScorer", {"name": "DeitaCScorer", "model": second_model_dir},
+                                             {"name": "DeitaQScorer", "model": second_model_dir}]}
+    score_set = build_scorer(config)
+    batch = {key: [row[key] for row in RECORDS] for key in RECORDS[0]}
+    together = score_set.score_batch(batch)
+    assert sorted(loads) == sorted([model_dir, second_model_dir])
+    assert score_set.config["model"] == model_dir and score_set.config["scores"][1]["model"] == second_model_dir
+    for member, model in (("IFDScorer", model_dir), ("DeitaCScorer", second_model_dir),
+                          ("DeitaQScorer", second_model_dir)):
+        alone = build_scorer({"name": member, "model": model}).score_batch(batch)
+        for column, values in alone.items():
+            assert together[column] == pytest.approx(values, rel=1e-5), column
+    assert together["deita_complexity"] != pytest.approx(
+        build_scorer({"name": "DeitaCScorer", "model": model_dir}).score_batch(batch)["deita_complexity"], rel=1e-3)

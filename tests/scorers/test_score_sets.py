@@ -195,7 +195,7 @@ def test_a_rows_warning_is_given_once_per_member(model_dir, caplog):
 @pytest.mark.parametrize("config, message", [
     ({"scores": ["PPLScorer", {"name": "PerplexityScorer", "text_column": "output"}]},
      "Two members of the score set write the column 'perplexity': PPLScorer and PerplexityScorer"),
-    ({"scores": [{"name": "IFDScorer", "model": "other"}]}, "gives ['model']: the members share these"),
+    ({"scores": [{"name": "IFDScorer", "dtype": "float32"}]}, "gives ['dtype']: the members share these"),
     ({"scores": [{"scores": ["PPLScorer"]}]}, "must be a scorer config with a `name`"),
     ({"scores": [{"name": "ScoreSet", "scores": ["PPLScorer"]}]}, "is a score set; list its members instead"),
     ({"scores": []}, "must be a list of scorer configs"),
