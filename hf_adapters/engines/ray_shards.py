@@ -18,8 +18,8 @@ Importing this module imports neither Ray, ``datasets`` nor pyarrow.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +29,7 @@ from hf_adapters.files.data_io import (
     _check_finite_ids,
     _csv_options,
     _exact_ids,
+    _holds_long_integers,
     _innermost,
     _json_schema,
     _load_saved,
@@ -36,6 +37,7 @@ from hf_adapters.files.data_io import (
     _merged,
     _parquet_schema,
     _parquet_types,
+    _reads_as_floats,
     data_files,
     is_saved_dataset,
     loader_pattern,
@@ -79,13 +81,13 @@ class Shard:
 class ShardedData:
     """How the workers read the data: the loader (``json``, ``csv``, ``parquet``, or :data:`ARROW`), the
     features it is given (the types of the whole data set; None for Arrow files, which hold theirs),
-    the schema of the rows as the job sees them (ids read exactly or filled), whether JSON ids are read
-    exactly as unsigned 64-bit integers, and the shards in input order."""
+    the schema of the rows as the job sees them (ids read exactly or filled), the JSON columns read
+    exactly as unsigned 64-bit integers (:func:`exact_columns`), and the shards in input order."""
 
     loader: str
     features: Features | None
     schema: pa.Schema
-    exact_ids: bool
+    exact_columns: tuple[str, ...]
     shards: tuple[Shard, ...]
 
     @property
@@ -101,17 +103,19 @@ class ShardedData:
 class ShardReport:
     """What the task reading a shard found: an error (``missing``, ``value`` or ``load`` for one the
     ``datasets`` loader raised, which the command words, and its message), else the types of its
-    columns (JSON), its rows, whether its ids read exactly as unsigned 64-bit integers (None: it has
-    no numeric ids), and its first row that ``check_rows`` refuses (a one-row table, its index in the
-    shard, its exact id where its ids read so)."""
+    columns (JSON), its rows, whether it holds an integer of 16 digits or more, its columns of numbers
+    or nulls whose values read exactly as unsigned 64-bit integers (:func:`_exact_in_shard`), and its
+    first row that ``check_rows`` refuses (a one-row table, its index in the shard, its values of
+    those columns, exactly)."""
 
     error: tuple[str, str] | None = None
     schema: Any = None
     rows: int = 0
-    uint64_ids: bool | None = None
+    long_integers: bool = False
+    uint64_columns: tuple[str, ...] = ()
     bad_row: Any = None
     bad_index: int | None = None
-    bad_id: Any = None
+    bad_values: Mapping[str, Any] | None = None
 
 
 def list_shards(data: str, split: str | None, streaming: bool) -> tuple[str, list[Path], Features | None]:
@@ -150,28 +154,31 @@ def report_shard(loader: str, path: str, scorer: Any = None) -> ShardReport:
         own = _own_types(loader, as_data_file(path))
         if loader == "parquet":
             _check_finite_ids([as_data_file(path)])
-        rows, bad, smallest = 0, None, []
+        rows, bad, negative = 0, None, set()
         if checker is None and loader in ("parquet", ARROW):
             rows = _stored_rows(loader, path)
         else:
             for table in shard_tables(loader, path, own, CHECK_CHUNK_SIZE):
                 if checker is not None and bad is None and (found := _first_refused(checker, table)) is not None:
                     bad = (rows + found, table.slice(found, 1))
-                smallest.append(_smallest_id(table))
+                if loader == "json":
+                    negative |= _negative_columns(table)
                 rows += table.num_rows
-        ids_exact, exact = _reads_exact_ids(loader, path, own, smallest)
+        long_integers, exact = _exact_in_shard(loader, path, own, negative)
     except FileNotFoundError as error:
         return ShardReport(error=("missing", str(error)))
     except ValueError as error:
         return ShardReport(error=("value", str(error)))
     except Exception as error:  # noqa: BLE001 - what the datasets loader raises, worded as read_rows words it
         return ShardReport(error=("load", _innermost(error)))
-    schema = own.arrow_schema if loader == "json" else None
+    found = ShardReport(schema=own.arrow_schema if loader == "json" else None, rows=rows,
+                        long_integers=long_integers, uint64_columns=tuple(exact))
     if bad is None:
-        return ShardReport(schema=schema, rows=rows, uint64_ids=ids_exact)
-    bad_id = exact[bad[0]].as_py() if exact is not None else None
-    return ShardReport(schema=schema, rows=rows, uint64_ids=ids_exact, bad_row=bad[1], bad_index=bad[0],
-                       bad_id=bad_id)
+        return found
+    index, row = bad
+    values = {column: (row.column(column) if read is None else read.slice(index, 1))[0].as_py()
+              for column, read in exact.items()}
+    return replace(found, bad_row=row, bad_index=index, bad_values=values)
 
 
 def _stored_rows(loader: str, path: str) -> int:
@@ -224,34 +231,39 @@ def _first_refused(scorer: Any, table: pa.Table) -> int | None:
     return None
 
 
-def _smallest_id(table: pa.Table) -> Any:
-    """The smallest integer id of a table (None without integer ids)."""
+def _negative_columns(table: pa.Table) -> set[str]:
+    """The columns of signed integers of a table that hold a negative one."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    if "id" not in table.column_names or not pa.types.is_integer(table.schema.field("id").type):
-        return None
-    return pc.min(table.column("id")).as_py()
+    return {field.name for field in table.schema
+            if pa.types.is_signed_integer(field.type) and (pc.min(table.column(field.name)).as_py() or 0) < 0}
 
 
-def _reads_exact_ids(loader: str, path: str, own: Features | None, smallest: Sequence[Any]) -> tuple[bool | None, Any]:
-    """Whether the shard's ids would read exactly as unsigned 64-bit integers, as ``read_rows`` reads
-    the ids of JSON shards whose ``id`` column holds floats (None where its ids are neither numbers nor
-    nulls), and those ids where they are floats in this shard."""
-    if loader != "json" or own is None or "id" not in own:
-        return None, None
-    kind = getattr(own["id"], "dtype", None)
-    if kind in ("float16", "float32", "float64"):
-        try:
-            exact = _exact_ids([as_data_file(path)])
-        except ValueError:  # an integer a float would change: the command names it, in shard order
-            return False, None
-        return exact is not None, exact
-    if kind == "null":
-        return True, None
-    if kind is not None and kind.startswith(("int", "uint")):
-        return all(value is None or value >= 0 for value in smallest), None
-    return None, None
+def _exact_in_shard(loader: str, path: str, own: Features | None,
+                    negative: set[str]) -> tuple[bool, dict[str, pa.Array | None]]:
+    """Whether a JSON shard holds an integer of 16 digits or more, and its columns whose values would
+    read exactly as unsigned 64-bit integers, as ``read_rows`` reads the JSON columns of floats of a
+    data set (:func:`exact_columns`): its columns of nulls and of integers none of which is in
+    ``negative`` (None: their values are the shard's own), and its columns of floats (the ``id``,
+    others where the shard holds a long integer) with their values so read."""
+    if loader != "json" or own is None:
+        return False, {}
+    file = as_data_file(path)
+    long_integers = _holds_long_integers([file])
+    exact: dict[str, pa.Array | None] = {}
+    for column, feature in own.items():
+        kind = getattr(feature, "dtype", None)
+        if kind == "null" or (kind is not None and kind.startswith(("int", "uint")) and column not in negative):
+            exact[column] = None
+        elif _reads_as_floats({"features": own}, column) and (column == "id" or long_integers):
+            try:
+                values = _exact_ids([file], column)
+            except ValueError:  # an integer a float would change: the command names it, in shard order
+                continue
+            if values is not None:
+                exact[column] = values
+    return long_integers, exact
 
 
 def plan_data(ray: Any, job: ScoringJob, worker_scorer: Any,
@@ -280,8 +292,7 @@ def plan_data(ray: Any, job: ScoringJob, worker_scorer: Any,
         features = _csv_options(files[0])["features"]
     elif loader == "parquet":
         features = _features(_parquet_schema(files) or _parquet_types(files[0]))
-    floats = getattr(features.get("id"), "dtype", None) in ("float16", "float32", "float64")
-    exact = loader == "json" and floats and _exact_everywhere(files, reports)
+    exact = exact_columns(loader, features, files, reports)
     shards, first_row = [], 0
     for index, (path, found) in enumerate(zip(paths, reports, strict=True)):
         shards.append(Shard(index, path, found.rows, first_row))
@@ -316,44 +327,52 @@ def _json_types(files: list[Path], schemas: list[pa.Schema]) -> pa.Schema:
     return pa.schema(list(fields.values()))
 
 
-def _exact_everywhere(files: list[Path], reports: Sequence[ShardReport]) -> bool:
-    """Whether the ids of JSON shards whose merged ``id`` column holds floats read exactly as unsigned
-    64-bit integers in every shard; where one does not, ``read_rows``' own reading of them decides
-    (and names the line of an integer id a float would change)."""
-    if all(found.uint64_ids for found in reports):
-        return True
-    return _exact_ids(files) is not None
+def exact_columns(loader: str, features: Features, files: list[Path],
+                  reports: Sequence[ShardReport]) -> tuple[str, ...]:
+    """The columns of JSON shards read exactly as unsigned 64-bit integers, as ``read_rows`` reads them
+    (:func:`~hf_adapters.files.data_io._exact_columns`): of those the data set's ``features`` hold
+    as floats (the ``id``; the others where a shard holds an integer of 16 digits or more), each whose
+    values read so in every shard; where a shard's do not, ``read_rows``' own reading of the column
+    decides (and names the line of an integer a float would change)."""
+    if loader != "json":
+        return ()
+    floats = [column for column in features if _reads_as_floats({"features": features}, column)]
+    if not any(found.long_integers for found in reports):
+        floats = [column for column in floats if column == "id"]
+    return tuple(column for column in floats if all(column in found.uint64_columns for found in reports)
+                 or _exact_ids(files, column) is not None)
 
 
-def rows_schema(schema: pa.Schema, exact_ids: bool) -> pa.Schema:
-    """The schema of the rows as a job sees them, for a loader's ``schema``: ids read exactly as
-    unsigned 64-bit integers, or, in a column that can hold text, as text (a missing one as ``""``)."""
+def rows_schema(schema: pa.Schema, exact_columns: Sequence[str]) -> pa.Schema:
+    """The schema of the rows as a job sees them, for a loader's ``schema``: the ``exact_columns`` as
+    unsigned 64-bit integers; ids in a column that can hold text as text (a missing one as ``""``)."""
     import pyarrow as pa
 
-    if "id" not in schema.names:
+    for column in exact_columns:
+        schema = schema.set(schema.get_field_index(column), pa.field(column, pa.uint64()))
+    if "id" not in schema.names or "id" in exact_columns:
         return schema
     index, stored = schema.get_field_index("id"), schema.field("id").type
-    if exact_ids:
-        return schema.set(index, pa.field("id", pa.uint64()))
     if pa.types.is_string(stored) or pa.types.is_large_string(stored) or pa.types.is_null(stored):
         return schema.set(index, pa.field("id", pa.string()))
     return schema
 
 
-def as_job_reads(table: pa.Table, data: ShardedData, exact_ids: pa.Array | None = None) -> pa.Table:
+def as_job_reads(table: pa.Table, data: ShardedData, exact: Mapping[str, pa.Array] | None = None) -> pa.Table:
     """A table of a shard's rows as the job sees them (:func:`rows_schema`): of the data set's types,
-    its ids ``exact_ids`` where given, text ids' nulls as ``""``."""
+    the values of its columns read exactly (:attr:`ShardedData.exact_columns`) those ``exact`` gives,
+    text ids' nulls as ``""``."""
     import pyarrow as pa
     import pyarrow.compute as pc
     from datasets.table import table_cast
 
     if data.features is not None and table.schema != data.features.arrow_schema:
         table = table_cast(table, data.features.arrow_schema)
-    if "id" not in table.column_names:
+    for column, values in (exact or {}).items():
+        table = table.set_column(table.column_names.index(column), data.schema.field(column), values)
+    if "id" not in table.column_names or "id" in data.exact_columns:
         return table
     index, ids, wanted = table.column_names.index("id"), table.column("id"), data.schema.field("id").type
-    if exact_ids is not None:
-        return table.set_column(index, pa.field("id", wanted), exact_ids)
     if pa.types.is_string(wanted) and (ids.type != wanted or ids.null_count):
         return table.set_column(index, pa.field("id", wanted), pc.fill_null(ids.cast(wanted), ""))
     return table
@@ -366,7 +385,8 @@ def block_tables(data: ShardedData, shard: Shard, rows_per_block: int, blocks: S
     start to its last such block; a ValueError says that it no longer has the rows it had when the
     job started."""
     wanted = set(blocks)
-    exact = _exact_ids([as_data_file(shard.path)]) if data.exact_ids else None
+    exact = {column: _exact_ids([as_data_file(shard.path)], column) for column in data.exact_columns
+             if column in columns}
     start = 0
     for table in shard_tables(data.loader, shard.path, data.features, rows_per_block):
         if not wanted:
@@ -375,8 +395,8 @@ def block_tables(data: ShardedData, shard: Shard, rows_per_block: int, blocks: S
             break
         if start in wanted:
             wanted.remove(start)
-            ids = exact.slice(start, table.num_rows) if exact is not None else None
-            yield start, as_job_reads(table, data, ids).select(list(columns))
+            values = {column: read.slice(start, table.num_rows) for column, read in exact.items()}
+            yield start, as_job_reads(table, data, values).select(list(columns))
         start += table.num_rows
     if wanted:
         raise ValueError(f"{shard.path} changed while the job ran: it had {shard.rows} rows when the job started. "
@@ -386,11 +406,9 @@ def block_tables(data: ShardedData, shard: Shard, rows_per_block: int, blocks: S
 def refuse_row(data: ShardedData, shard: Shard, found: ShardReport, scorer: RowScorer) -> None:
     """Raise the error ``scorer.check_rows`` raises for the row the task reading ``shard`` found bad,
     named by its index in the whole data and its id as the job reads it."""
-    exact = None
-    if data.exact_ids:
-        import pyarrow as pa
+    import pyarrow as pa
 
-        exact = pa.array([found.bad_id], pa.uint64())
+    exact = {column: pa.array([found.bad_values[column]], pa.uint64()) for column in data.exact_columns}
     row = as_job_reads(found.bad_row, data, exact).to_pylist()[0]
     index = shard.first_row + found.bad_index
     scorer.check_rows([row], index)

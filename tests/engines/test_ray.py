@@ -686,6 +686,39 @@ def test_ray_writes_kept_values_and_ids_as_they_were_read_and_refuses_a_nan_id_n
         "error: Row 1 of the data: the id NaN is not a number (NaN and infinities name no row); give the row an id.")
 
 
+@pytest.mark.usefixtures("ray_cluster")
+def test_ray_keeps_a_column_of_integers_above_2_63_as_the_default_engine_reads_it(config, tmp_path):
+    """Issue 59: the workers read only the ids exactly, so a kept column of integers holding one above
+    ``2**63`` (integers in one shard, floats for pyarrow in the other) came out as floats (``1`` ->
+    ``1.0``, ``18446744073709551615`` -> ``1.8446744073709552e+19``); it is written as the default
+    engine writes it, in JSONL and in Parquet, and a column of fractions stays floats."""
+    import pyarrow.parquet as pq
+
+    folder = tmp_path / "shards"
+    folder.mkdir()
+    for name, rows in [("a", [(1, "A fox.", 1, 0.5), (2, "A dog.", 3, 2)]), ("b", [(3, "A cat.", 2**64 - 1, 1)])]:
+        write_jsonl(folder / f"{name}.jsonl", [{"id": key, "instruction": "Say.", "output": output, "big": big, "f": f}
+                                               for key, output, big, f in rows])
+
+    def without_scores(path: Path) -> list[str]:
+        return [line.rsplit(', "score": ', 1)[0] for line in path.read_text(encoding="utf-8").split("\n")]
+
+    assert score(config, folder, tmp_path / "plain.jsonl", "--keep-columns") == 0
+    assert score(config, folder, tmp_path / "ray.jsonl", "--keep-columns", "--engine", "ray") == 0
+    assert without_scores(tmp_path / "ray.jsonl") == without_scores(tmp_path / "plain.jsonl") == [
+        '{"id": 1, "instruction": "Say.", "output": "A fox.", "big": 1, "f": 0.5',
+        '{"id": 2, "instruction": "Say.", "output": "A dog.", "big": 3, "f": 2.0',
+        '{"id": 3, "instruction": "Say.", "output": "A cat.", "big": 18446744073709551615, "f": 1.0', ""]
+    flags = ["--keep-columns", "--output-format", "parquet"]
+    assert score(config, folder, tmp_path / "plain", *flags) == 0
+    assert score(config, folder, tmp_path / "ray", *flags, "--engine", "ray") == 0
+    plain, on_ray = pq.read_table(tmp_path / "plain"), pq.read_table(tmp_path / "ray")
+    assert on_ray.schema == plain.schema and str(plain.schema.field("big").type) == "uint64"
+    assert on_ray.drop(["score"]).equals(plain.drop(["score"]))
+    assert on_ray.column("big").to_pylist() == [1, 3, 2**64 - 1]
+    assert_same_scores(on_ray.to_pylist(), plain.to_pylist())
+
+
 def test_an_output_left_complete_by_a_kill_during_the_cleanup_is_this_jobs_only_in_its_own_format(tmp_path):
     """A rerun asking for another format (here the rows' columns) does not take it as complete: it
     starts afresh, and writes the format it asks for."""
