@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import errno
 import sys
 from typing import Any
 
@@ -25,6 +24,7 @@ from hf_adapters.cli.arguments import (
     hide_library_progress,
     positive_int,
 )
+from hf_adapters.core.wording import full_disk
 from hf_adapters.engines import (
     DEFAULT_ENGINE,
     ENGINE_ALIASES,
@@ -42,8 +42,6 @@ from hf_adapters.files.score_files import OUTPUT_FORMATS, OutputFormat
 
 #: The exit status of a command stopped by Ctrl-C (128 + SIGINT), as a shell gives it.
 INTERRUPTED = 130
-#: What a write's errno says of a full device.
-FULL_DISK = {errno.ENOSPC: "no space left", errno.EDQUOT: "the disk quota is exceeded"}
 
 
 def score_columns_argument(text: str) -> str | tuple[str, ...]:
@@ -163,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
             print(engine.interrupted_message(job), file=sys.stderr)
         return INTERRUPTED
     except OSError as error:
-        if (full := full_disk(error, job)) is None:
+        if (full := full_disk(error, job.output_path.parent)) is None:
             raise
         if state.is_main_process:
             print(engine.stopped_message(job, full), file=sys.stderr)
@@ -171,17 +169,6 @@ def run(args: argparse.Namespace) -> int:
     if state.is_main_process:
         print(summary_line(summary, args.output))
     return 0
-
-
-def full_disk(error: OSError, job: ScoringJob) -> str | None:
-    """What stopped ``job`` when a write failed with ``error`` on a full device (no space left, or the
-    disk quota exceeded), as an ``error:`` line begins, naming where; None for another error."""
-    said = FULL_DISK.get(error.errno)
-    if said is None:
-        return None
-    where = (f"the device holding {error.filename}" if error.filename else
-             f"a device this job writes to, such as the one holding {job.output_path.absolute().parent}")
-    return f"error: {said} on {where} (free some space there)"
 
 
 def planned(args: argparse.Namespace) -> tuple[Engine, ScoringJob]:

@@ -341,6 +341,8 @@ class _Run:
             bar = tqdm(total=data.rows - already, unit="row", desc="Scoring", disable=not self.job.progress)
             with bar, _worker_errors(ray):
                 for summary in scored.iter_rows():
+                    if summary["errno"] is not None:  # a full disk: the command says so, and the rows saved
+                        raise OSError(summary["errno"], summary["error"], summary["filename"])
                     if summary["error"] is not None:
                         raise ValueError(summary["error"])
                     bar.update(summary["rows"])

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hf_adapters.core.wording import FULL_DISK
 from hf_adapters.engines.job_files import scored_record
 from hf_adapters.engines.local import score_chunk
 from hf_adapters.engines.ray_parts import block_name, save_part
@@ -75,7 +76,9 @@ class ScoreBlocks:
     ``columns`` (output -> column) as the block's part in ``work_dir``
     (:func:`~hf_adapters.engines.ray_parts.save_part`; Parquet of ``schema``). It returns the
     block's name, rows and valid scores, and, with ``check`` (a stream, not checked before), the
-    error ``check_rows`` raised for a bad row, the block unsaved. ``threads`` sets torch's thread
+    error ``check_rows`` raised for a bad row, the block unsaved; a part that a full disk (no space
+    left, or the disk quota exceeded) left unsaved returns its OSError's errno, message and file
+    name, which the command raises again as its own. ``threads`` sets torch's thread
     count (see :func:`~hf_adapters.engines.ray_columns.worker_threads`)."""
 
     def __init__(self, scorer: WorkerScorer, work_dir: str, data_columns: Sequence[str], columns: Mapping[str, str],
@@ -117,12 +120,21 @@ class ScoreBlocks:
             content = "".join(jsonl_line(item, self.output) for item in items).encode()
         else:
             content = pa.Table.from_pylist(items, schema=self.schema)
-        save_part(self.work_dir, block, self.output, content, len(rows), valid)
+        try:
+            save_part(self.work_dir, block, self.output, content, len(rows), valid)
+        except OSError as error:
+            if error.errno not in FULL_DISK:
+                raise
+            return _summary(block, 0, 0, error.strerror, error.errno, error.filename)
         return _summary(block, len(rows), valid, None)
 
 
-def _summary(block: str, rows: int, valid: int, error: str | None) -> pa.Table:
-    """What a scored block tells the command."""
+def _summary(block: str, rows: int, valid: int, error: str | None, errno: int | None = None,
+             filename: str | None = None) -> pa.Table:
+    """What a scored block tells the command: its rows and valid scores, or the ``error`` that left it
+    unsaved (with the ``errno`` and ``filename`` of an OSError)."""
     import pyarrow as pa
 
-    return pa.table({"block": [block], "rows": [rows], "valid": [valid], "error": pa.array([error], pa.string())})
+    return pa.table({"block": [block], "rows": [rows], "valid": [valid], "error": pa.array([error], pa.string()),
+                     "errno": pa.array([errno], pa.int64()),
+                     "filename": pa.array([None if filename is None else str(filename)], pa.string())})

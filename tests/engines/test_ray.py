@@ -534,6 +534,68 @@ def test_ctrl_c_on_ray_says_how_many_rows_the_parts_hold(tmp_path):
         f"Interrupted: 32 of 4,000 rows are saved in {work_dir}; run the same command again to resume.")
 
 
+#: A plugin module: a scorer of the output's length whose workers (not the command's process) find the
+#: disk full once a block is saved, for as long as the file FULL exists.
+FULL_DISK_PLUGIN = """import errno
+import os
+from pathlib import Path
+
+from hf_adapters.engines import ray_blocks
+from hf_adapters.scorers import RowScorer, register_scorer
+
+FULL = Path({full!r})
+saved = ray_blocks.save_part
+
+
+def save_part_on_a_full_disk(work_dir, *args, **kwargs):
+    if FULL.exists() and any(Path(work_dir).glob("*.done")):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    saved(work_dir, *args, **kwargs)
+
+
+@register_scorer
+class FullDiskLength(RowScorer):
+    name = "FullDiskLength"
+    options = {{"batch_size": 4}}
+    roles = {{"output": "output"}}
+    text_roles = ("output",)
+
+    def score_batch(self, batch, first_row=0):
+        ray_blocks.save_part = save_part_on_a_full_disk  # in a worker only: the command's process scores nothing
+        return {{"score": [float(len(text)) for text in self.read_texts(batch, first_row)["output"]]}}
+"""
+
+
+@pytest.mark.usefixtures("ray_cluster")
+def test_a_full_disk_in_a_worker_says_how_many_rows_are_saved_and_the_same_command_resumes(tmp_path, capsys,
+                                                                                         monkeypatch):
+    """A worker's write failing for want of space was told as ``Scoring failed in a Ray worker: OSError:
+    [Errno 28] ...``, without the rows saved or that the job resumes: the local engine's line.
+
+    Round six: a full disk."""
+    from hf_adapters.scorers.base import SCORERS
+
+    full = tmp_path / "full"
+    full.touch()
+    (tmp_path / "full_disk_scorer.py").write_text(FULL_DISK_PLUGIN.format(full=str(full)), encoding="utf-8")
+    (tmp_path / "length.yaml").write_text("name: FullDiskLength\n", encoding="utf-8")
+    rows = write_jsonl(tmp_path / "rows.jsonl", [{"id": i, "output": "ab" * (i % 5)} for i in range(40)])
+    output = tmp_path / "out.jsonl"
+    flags = ("--engine", "ray", "--num-workers", "1", "--rows-per-block", "8", "--plugin", "full_disk_scorer")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        assert score(str(tmp_path / "length.yaml"), rows, output, *flags) == 1
+        assert capsys.readouterr().err.strip().splitlines() == [
+            f"error: no space left on a device this job writes to, such as the one holding {tmp_path} (free some "
+            f"space there): 8 of 40 rows are saved in {output}.parts; run the same command again to resume."]
+        full.unlink()
+        assert score(str(tmp_path / "length.yaml"), rows, output, *flags) == 0
+    finally:
+        sys.modules.pop("full_disk_scorer", None)
+        SCORERS.pop("FullDiskLength", None)
+    assert read_jsonl(output) == [{"id": i, "score": float(2 * (i % 5))} for i in range(40)]
+
+
 # --- Issue 59: a resume writes its parts as they are, or is refused naming the option; the layouts of the output -----
 
 
