@@ -15,7 +15,7 @@ from hf_adapters.cli.arguments import (
     one_line,
     positive_int,
 )
-from hf_adapters.core.wording import plural
+from hf_adapters.core.wording import full_disk, plural
 from hf_adapters.files.data_io import LOADERS
 
 #: Rows embedded, and written to the file, at a time: the vectors of a large job never all sit in memory.
@@ -37,6 +37,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {one_line(error)}", file=sys.stderr)
         return 2
     except OSError as error:
+        if (full := full_disk(error, Path(args.output).parent)) is not None:
+            print(f"{full}: `hf-adapters embed` saved nothing complete; run the same command again.", file=sys.stderr)
+            return 1
         print(f"error: cannot read or write {error.filename}: {error.strerror}", file=sys.stderr)
         return 2
 

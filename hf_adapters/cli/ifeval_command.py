@@ -4,7 +4,8 @@ them, and write ``DIR/samples.jsonl`` and ``DIR/results.json``; print lm-eval's 
 ``samples_ifeval_<time>.jsonl`` (:mod:`hf_adapters.ifeval.lm_eval_logs`).
 
 Resumable: rerun the same command after a kill and it continues with the prompts not yet generated;
-a Ctrl-C says how many responses are saved (:func:`interrupted_message`).
+a Ctrl-C says how many responses are saved (:func:`interrupted_message`), and so does a full disk
+(:func:`stopped_message`, exit status 1).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 
 from hf_adapters.cli.arguments import add_progress_argument, hide_library_progress, one_line, positive_int
 from hf_adapters.core.options import DEFAULT_GENERATION_BATCH_SIZE, DEFAULT_MODEL_ID, DTYPES
-from hf_adapters.core.wording import plural
+from hf_adapters.core.wording import full_disk, plural
 from hf_adapters.ifeval.end_to_end import DEFAULT_MAX_NEW_TOKENS
 from hf_adapters.ifeval.lm_eval_logs import LOG_FORMATS
 
@@ -89,6 +90,11 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, IFEvalInputError, ModelLoadError, FileNotFoundError) as error:
         print(f"error: {one_line(error)}", file=sys.stderr)
         return 2
+    except OSError as error:
+        if (full := full_disk(error, args.output)) is None:
+            raise
+        print(stopped_message(args, full), file=sys.stderr)
+        return 1
     run_stats = results["this_run"]
     rate = run_stats["tokens_generated"] / run_stats["seconds"] if run_stats["seconds"] else 0.0
     print(f"ifeval: {plural(results['prompts'], 'prompt')}, {plural(results['instructions'], 'instruction')}; "
@@ -104,12 +110,34 @@ def run(args: argparse.Namespace) -> int:
 
 def interrupted_message(args: argparse.Namespace) -> str:
     """What a Ctrl-C leaves in the run folder, in one line (the command line prints it, and exits 130)."""
-    from hf_adapters.ifeval.prompts import read_prompts
-    from hf_adapters.ifeval.run_folder import SAMPLES, saved_keys
-
-    keys = {row["key"] for row in read_prompts(args.data)[: args.limit]}
-    saved = len(saved_keys(args.output) & keys)
+    saved, total = saved_responses(args)
     if not saved:
         return f"Interrupted before any response was saved in {args.output}; the same command starts again."
-    return (f"Interrupted with {saved:,} of {plural(len(keys), 'response')} saved in {Path(args.output) / SAMPLES}; "
+    return (f"Interrupted with {saved:,} of {plural(total, 'response')} saved in {samples_path(args)}; "
             "run the same command again to resume.")
+
+
+def stopped_message(args: argparse.Namespace, stopped: str) -> str:
+    """What a run that something other than a Ctrl-C ``stopped`` (a full disk: ``error: no space left
+    on ...``) leaves in the run folder, in one line beginning with ``stopped``."""
+    saved, total = saved_responses(args)
+    if not saved:
+        return f"{stopped} before any response was saved in {args.output}; the same command starts again."
+    return (f"{stopped}: {saved:,} of {plural(total, 'response')} are saved in {samples_path(args)}; run the same "
+            "command again to resume.")
+
+
+def saved_responses(args: argparse.Namespace) -> tuple[int, int]:
+    """The responses to the run's prompts its folder keeps, and the run's prompts."""
+    from hf_adapters.ifeval.prompts import read_prompts
+    from hf_adapters.ifeval.run_folder import saved_keys
+
+    keys = {row["key"] for row in read_prompts(args.data)[: args.limit]}
+    return len(saved_keys(args.output) & keys), len(keys)
+
+
+def samples_path(args: argparse.Namespace) -> Path:
+    """The run folder's file of responses."""
+    from hf_adapters.ifeval.run_folder import SAMPLES
+
+    return Path(args.output) / SAMPLES

@@ -4,6 +4,7 @@ is cheap to know, ``--engine local`` and ``--device``, and a Ray engine that pri
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -448,6 +449,26 @@ def test_ctrl_c_or_sigterm_while_embedding_saves_nothing_and_says_so(tmp_path, m
     assert stderr.splitlines() == ["Interrupted: `hf-adapters embed` stopped before it finished, so it saved nothing "
                                    "complete; run the same command again."]
     assert not output.exists()
+
+
+def test_a_full_disk_while_embedding_says_so_in_one_line_and_saves_nothing(tmp_path, model_dir, capsys, monkeypatch):
+    """A full disk while ``embed`` wrote its vectors was an OSError, not a line saying so and where.
+
+    Round six: a full disk."""
+    import numpy as np
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    data = write_jsonl(tmp_path / "rows.jsonl", [{"instruction": f"Row {i}", "output": "words"} for i in range(4)])
+    output = tmp_path / "vectors.npy"
+    monkeypatch.setattr(np.lib.format, "open_memmap", full)
+    assert cli.main(["embed", "--data", str(data), "--output", str(output), "--model", model_dir,
+                     "--no-progress"]) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: no space left on a device this job writes to, such as the one holding {tmp_path} (free some space "
+        "there): `hf-adapters embed` saved nothing complete; run the same command again."]
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["rows.jsonl"]
 
 
 def test_a_command_interrupted_in_process_says_what_is_saved_and_returns_130(monkeypatch, capsys, tmp_path):

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import math
+import os
 import signal
 from pathlib import Path
 
@@ -247,6 +249,32 @@ def test_ctrl_c_before_any_response_is_saved_says_so(model_dir, tmp_path, capsys
     assert run("--model", model_dir, "--limit", "3", "--output", str(tmp_path / "out")) == cli.INTERRUPTED
     assert capsys.readouterr().err.splitlines()[-1] == (f"Interrupted before any response was saved in "
                                                         f"{tmp_path / 'out'}; the same command starts again.")
+
+
+def test_a_full_disk_says_how_many_responses_are_saved_and_the_same_command_resumes(model_dir, tmp_path, capsys,
+                                                                                   monkeypatch):
+    """A full disk while ``ifeval`` saved its responses was an OSError's traceback.
+
+    Round six: a full disk."""
+    from hf_adapters.ifeval import run_folder
+
+    appended = run_folder.append_durably
+
+    def full_after_a_response(handle, data):
+        if handle.tell():
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        appended(handle, data)
+
+    output = tmp_path / "out"
+    args = ["--model", model_dir, "--limit", "6", "--max-new-tokens", "8", "--batch-size", "2", "--output", str(output)]
+    monkeypatch.setattr(run_folder, "append_durably", full_after_a_response)
+    assert run(*args) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: no space left on a device this job writes to, such as the one holding {output} (free some space "
+        f"there): 1 of 6 responses are saved in {output / 'samples.jsonl'}; run the same command again to resume."]
+    monkeypatch.setattr(run_folder, "append_durably", appended)
+    assert run(*args) == 0
+    assert [sample["key"] for sample in read_samples(output)] == [row["key"] for row in read_prompts()[:6]]
 
 
 # --- From the round-four review: a blank or bad line in the middle of a run's samples -----------------------
