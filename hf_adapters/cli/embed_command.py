@@ -59,9 +59,9 @@ def embed(args: argparse.Namespace) -> int:
         rows_fingerprint,
     )
     from hf_adapters.files.json_values import to_json_value, write_atomically
-    from hf_adapters.files.output_paths import check_output_path
+    from hf_adapters.files.output_paths import check_output_path, output_location
 
-    output = Path(args.output)
+    output = output_location(args.output)
     temporary, record = output.with_name(output.name + ".tmp"), record_path(output)
     check_output_path(output, {"data": args.data}, work_files=[temporary, record])
     for path in (temporary, record):

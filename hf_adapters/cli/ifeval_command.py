@@ -64,6 +64,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from hf_adapters.backends import backend_class
     from hf_adapters.backends.loading import ModelLoadError
+    from hf_adapters.files.output_paths import output_location
     from hf_adapters.ifeval.end_to_end import results_table, run_ifeval, run_manifest, run_settings
     from hf_adapters.ifeval.lm_eval_logs import LmEvalRun
     from hf_adapters.ifeval.prompts import prompts_source, read_prompts
@@ -73,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.progress:
         hide_library_progress()
     try:
+        args.output = str(output_location(args.output))
         all_rows = read_prompts(args.data)
         rows = all_rows[: args.limit]
         data = prompts_source(args.data)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from hf_adapters.engines.job_files import JobSummary, work_files
+from hf_adapters.files.output_paths import output_location
 from hf_adapters.files.score_files import OutputFormat
 
 if TYPE_CHECKING:
@@ -144,8 +145,8 @@ class ScoringJob:
         config, score_columns = job_settings(config, score_columns=score_columns, overrides=overrides,
                                              source=config_path or "the config")
         output_format = OutputFormat(output_format, keep_columns, rows_per_shard, score_columns=score_columns)
-        return cls(config, str(data), Path(output), output_format, split=split, streaming=streaming, device=device,
-                   overwrite=overwrite, progress=progress, config_path=config_path)
+        return cls(config, str(data), output_location(output), output_format, split=split, streaming=streaming,
+                   device=device, overwrite=overwrite, progress=progress, config_path=config_path)
 
     def check_output(self) -> None:
         """Refuse, before any work, an output that would destroy an input or could not be written

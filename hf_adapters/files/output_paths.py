@@ -12,6 +12,20 @@ from hf_adapters.files.remote_files import local_path
 from hf_adapters.files.score_files import check_parquet_folder
 
 
+def output_location(output: str | Path) -> Path:
+    """The local path an output names: itself, or the path of a ``file://`` URL; a ValueError for a URL of
+    another filesystem, since outputs are written on this machine.
+
+    Example:
+        >>> output_location("file:///tmp/scores.jsonl"), output_location("scores.jsonl")
+        (PosixPath('/tmp/scores.jsonl'), PosixPath('scores.jsonl'))
+    """
+    if (path := local_path(output)) is None:
+        raise ValueError(f"The output {output} is a URL: outputs are written on this machine. Give a local path "
+                         "and copy the finished file where it should go.")
+    return path
+
+
 def check_output_path(output_path: str | Path, inputs: Mapping[str, str | Path | None] | None = None, *,
                       folder: bool = False, work_files: Iterable[str | Path] = ()) -> None:
     """Refuse, before any work, an output that would destroy something or could not be written: an
@@ -24,7 +38,7 @@ def check_output_path(output_path: str | Path, inputs: Mapping[str, str | Path |
     An input that exists is never a glob (``p[1].jsonl`` is that file); a ``file://`` URL is the path
     it names (:func:`~hf_adapters.files.remote_files.local_path`); data at another URL is not on this
     machine, so no output here destroys it or is read as it."""
-    output = Path(output_path).absolute()
+    output = output_location(output_path).absolute()
     if folder:
         check_parquet_folder(output)
     elif output.exists() and not output.is_file():

@@ -103,3 +103,27 @@ def test_an_input_whose_name_holds_glob_characters_is_that_file_not_a_glob(tmp_p
     check_output_path(tmp_path / "p1.jsonl", {"data": str(data)})
     with pytest.raises(ValueError, match="is the input data"):
         check_output_path(data, {"data": str(data)})
+
+
+@pytest.mark.parametrize("command", ["score", "select", "embed", "ifeval"])
+def test_an_output_at_a_url_is_refused_in_one_line_instead_of_written_as_a_local_folder_named_after_it(
+        tmp_path, model_dir, capsys, monkeypatch, command):
+    monkeypatch.chdir(tmp_path)
+    data = write_jsonl(tmp_path / "rows.jsonl", instruction_rows())
+    argv = {"score": ["score", ppl_config(tmp_path), "--data", str(data), "--model", model_dir],
+            "select": ["select", "--data", str(data), "--scores", str(data)],
+            "embed": ["embed", "--data", str(data), "--model", model_dir],
+            "ifeval": ["ifeval", "--model", model_dir, "--limit", "1"]}[command]
+    output = "s3://bucket/vectors.npy" if command == "embed" else "s3://bucket/scores.jsonl"
+    assert main([*argv, "--output", output]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and f"The output {output} is a URL" in error
+    assert not (tmp_path / "s3:").exists()
+
+
+def test_a_file_url_output_is_the_local_path_it_names(tmp_path, model_dir):
+    data = write_jsonl(tmp_path / "rows.jsonl", instruction_rows())
+    output = tmp_path / "scores.jsonl"
+    assert main(["score", ppl_config(tmp_path), "--data", str(data), "--model", model_dir, "--output",
+                 output.as_uri(), "--no-progress"]) == 0
+    assert len(output.read_text(encoding="utf-8").splitlines()) == len(instruction_rows())
