@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import _thread
 import argparse
+import contextlib
 import importlib
 import io
 import logging
@@ -32,6 +33,8 @@ SUBCOMMANDS = ("compare_command", "demo_command", "embed_command", "estimate_com
 INTERRUPTED = 130
 #: The exit status of a command stopped by SIGTERM (128 + SIGTERM), as a shell gives it.
 TERMINATED = 143
+#: The exit status of a command whose output's reader stopped reading (128 + SIGPIPE), as a shell gives it.
+BROKEN_PIPE = 141
 #: What a Ctrl-C before the command itself has begun says.
 INTERRUPTED_STARTING = "Interrupted while starting, before anything was written; run the same command again."
 
@@ -62,11 +65,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     A Ctrl-C (SIGINT) at any point, while the command starts included, prints one line saying what
     is saved and returns :data:`INTERRUPTED`. Where ``argv`` is None (the process is this command),
     a SIGTERM does the same and returns :data:`TERMINATED`, and a second signal while the first is
-    being handled exits at once."""
+    being handled exits at once. Output piped into a reader that stops early (``| head``) ends the
+    command quietly with :data:`BROKEN_PIPE`, as a shell's tools end."""
     state: dict[str, Any] = {}
     with _signals_watched(process=argv is None) as watch:
         try:
             status = _main(argv, state, watch)
+        except BrokenPipeError:
+            # The reader is gone: later writes (and the interpreter's last flush) go nowhere, quietly.
+            with contextlib.suppress(OSError, ValueError):
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return BROKEN_PIPE
         except BaseException as error:
             if not (isinstance(error, KeyboardInterrupt) or watch.received):
                 raise

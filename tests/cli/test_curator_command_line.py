@@ -711,3 +711,13 @@ def test_what_a_library_prints_while_a_ctrl_c_cuts_its_import_short_is_not_shown
     with _stdout_held_unless(_SignalWatch(process=False)):
         print("a plugin's own line")
     assert capsys.readouterr().out == "a plugin's own line\n"
+
+
+def test_output_piped_into_a_reader_that_stops_early_ends_quietly_as_a_shells_tools_do(tmp_path):
+    scores = write_jsonl(tmp_path / "scores.jsonl", [{"id": i, "score": i / 7} for i in range(2000)])
+    reader = subprocess.Popen([sys.executable, "-m", "hf_adapters", "summary", str(scores), "--bins", "5000"],
+                              cwd=REPO, env=run_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    reader.stdout.readline()
+    reader.stdout.close()  # as `| head -1` does
+    stderr = reader.stderr.read().decode()
+    assert reader.wait(timeout=120) == cli.BROKEN_PIPE and "Traceback" not in stderr and "Broken" not in stderr
