@@ -56,6 +56,16 @@ def text_items(
     return [(text_ids[:1], text_ids[1:]) for text_ids in ids]
 
 
+def instruction_with_input(instruction: str, input: str | None) -> str:
+    """An instruction row's question: the instruction, with a non-empty input on the next line.
+
+    Example:
+        >>> instruction_with_input("Add.", "2 + 3"), instruction_with_input("Add.", "")
+        ('Add.\\n2 + 3', 'Add.')
+    """
+    return f"{instruction}\n{input}" if input else instruction
+
+
 def ppl_text(instruction: str, input: str | None, output: str) -> str:
     """The seed PPLScorer's text: the non-empty instruction, input and output joined with newlines."""
     return "\n".join(part for part in (instruction, input, output) if part)

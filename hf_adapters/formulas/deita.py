@@ -17,7 +17,7 @@ from typing import Any
 
 from hf_adapters.backends import BackendOptions, LikelihoodBackend
 from hf_adapters.core.options import OptionSpec, check_choice, check_max_length, split_options, takes_options
-from hf_adapters.core.texts import instruction_rows
+from hf_adapters.core.texts import instruction_rows, instruction_with_input
 from hf_adapters.formulas.rating_tokens import check_convention, expected_rating, label_log_probs, label_token_ids
 
 #: The rating labels, each a vocabulary entry, and the rating each stands for.
@@ -74,7 +74,7 @@ def deita_prompt(instruction: str, input: str, output: str, options: DeitaOption
     """
     if options.convention == "opendataarena" and options.aspect == "quality":
         instruction, input, output = instruction.strip(), input.strip(), output.strip()
-    query = f"{instruction}\n{input}" if input else instruction
+    query = instruction_with_input(instruction, input)
     return _PROMPTS[(options.aspect, options.convention)].format(instruction=query, output=output)
 
 

@@ -34,7 +34,7 @@ from hf_adapters.core.options import (
     split_options,
     takes_options,
 )
-from hf_adapters.core.texts import token_strings
+from hf_adapters.core.texts import instruction_with_input, token_strings
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -200,7 +200,7 @@ def prompt_text(
     """The prompt of one row: ``template`` with an input, ``template_no_input`` without; with
     ``template="chat"`` the tokenizer's chat template rendered for one user message."""
     if template == CHAT_TEMPLATE:
-        content = f"{instruction}\n{input}" if input else instruction
+        content = instruction_with_input(instruction, input)
         return tokenizer.apply_chat_template(
             [{"role": "user", "content": content}], tokenize=False, add_generation_prompt=True
         )
@@ -299,7 +299,7 @@ def reverse_items(
     if not outputs:
         return [], 0
     contexts = tokenizer([reverse_template.format(output=output) for output in outputs]).input_ids
-    questions = [f"{instruction}\n{input}" if input else instruction for instruction, input in
+    questions = [instruction_with_input(instruction, input) for instruction, input in
                  zip(instructions, inputs, strict=True)]
     answers = [ids if output else [] for ids, output in
                zip(tokenizer(questions, add_special_tokens=False).input_ids, outputs, strict=True)]

@@ -35,7 +35,6 @@ def label_token_ids(tokenizer, labels: Sequence[str]) -> list[int]:
     scorers, the ids 29896...29953); a ValueError names a label the vocabulary lacks.
 
     Example:
-        >>> from transformers import AutoTokenizer
         >>> from hf_adapters.backends.loading import load_model
         >>> _, tokenizer = load_model()
         >>> len(label_token_ids(tokenizer, ["1", "2", "3"]))

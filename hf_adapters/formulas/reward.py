@@ -17,6 +17,7 @@ from typing import Any
 
 from hf_adapters.backends import LikelihoodBackend
 from hf_adapters.core.options import OptionSpec, check_choice, check_max_length
+from hf_adapters.core.texts import instruction_with_input
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +55,7 @@ def reward_conversation(instruction: str, input: str, output: str, options: Rewa
         >>> reward_conversation("Add.", "2 + 3", "5", RewardOptions())[0]
         {'role': 'user', 'content': 'Add.\\n2 + 3'}
     """
-    user = f"{instruction}\n{input}" if input and options.convention == "exact" else instruction
+    user = instruction_with_input(instruction, input if options.convention == "exact" else "")
     return [{"role": "user", "content": user}, {"role": "assistant", "content": output}]
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from hf_adapters.backends import BackendOptions, LikelihoodBackend
 from hf_adapters.core.options import OptionSpec, check_max_length, split_options, takes_options
-from hf_adapters.core.texts import instruction_rows
+from hf_adapters.core.texts import instruction_rows, instruction_with_input
 from hf_adapters.formulas.rating_tokens import check_convention, expected_rating, label_log_probs, label_token_ids
 
 #: The rating labels, each a vocabulary entry, and the rating each stands for.
@@ -93,7 +93,7 @@ def selectit_prompt(rating_prompt: str, instruction: str, input: str, output: st
         >>> selectit_prompt("Rate it.", "Add.", "2 + 3", "5")
         'Rate it.\\nInstruction:Add.\\n2 + 3\\nResponse:5\\nThe answer is: \\n'
     """
-    query = f"{instruction}\n{input}" if input else instruction
+    query = instruction_with_input(instruction, input)
     return f"{rating_prompt}\nInstruction:{query}\nResponse:{output}\nThe answer is: \n"
 
 
