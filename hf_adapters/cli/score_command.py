@@ -5,9 +5,10 @@ arguments describe and runs it on the engine ``--engine`` names (:mod:`hf_adapte
 default engine, ``local``, is our own chunk runner: it runs in this process, or in each process
 of ``accelerate launch`` (one shard per process), and resumes where a killed run stopped; see
 ``hf_adapters.engines.local``. With ``--engine ray`` a pool of Ray actors scores the rows instead, on a
-cluster or on this machine (not resumable); see ``hf_adapters.engines.ray``. Each engine declares its
-own options. Ctrl-C stops any of them with one line saying what is saved, and exit status 130 (a
-SIGTERM: the same line, and 143); so does a full disk, with exit status 1: the rows saved are kept.
+cluster or on this machine, and resumes too (a rerun skips the blocks already saved); see
+``hf_adapters.engines.ray``. Each engine declares its own options. Ctrl-C stops any of them with one
+line saying what is saved, and exit status 130 (a SIGTERM: the same line, and 143); so does a full
+disk, with exit status 1: the rows saved are kept.
 """
 
 from __future__ import annotations
