@@ -1,11 +1,15 @@
 """Perplexity and IFD columns through `Dataset.map`: the metric's numbers, and datasets' cache."""
 
+import importlib
+import inspect
 import logging
 import math
+import pkgutil
 
 import pytest
 from datasets import Dataset, DatasetDict, load_from_disk
 
+import hf_adapters.columns as columns
 from hf_adapters.columns.dataset_columns import add_ifd_column, add_information_parity_column, add_perplexity_column
 from hf_adapters.core.texts import ppl_text
 from hf_adapters.formulas.ifd import compute_ifd
@@ -270,3 +274,12 @@ def test_a_misspelt_option_names_the_helpers_valid_options(model, tokenizer):
         add_ifd_column(ds, max_lenght=512, model=model, tokenizer=tokenizer)
     message = str(info.value)
     assert "max_lenght" in message and "max_length" in message and "Dataset.map()" not in message
+
+
+def test_every_public_add_function_of_the_columns_modules_is_exported_by_the_columns_package():
+    helpers = {name for info in pkgutil.iter_modules(columns.__path__)
+               for name, value in inspect.getmembers(importlib.import_module(f"{columns.__name__}.{info.name}"),
+                                                     inspect.isfunction)
+               if name.startswith("add_") and value.__module__ == f"{columns.__name__}.{info.name}"}
+    assert helpers and helpers == set(columns.__all__)
+    assert all(getattr(columns, name) is not None for name in helpers)
