@@ -1,6 +1,7 @@
 """The package's public names, and the command line kept to its own package."""
 
 import ast
+import re
 from pathlib import Path
 
 import hf_adapters
@@ -173,3 +174,12 @@ def test_setup_cfg_lists_every_package_folder_and_the_metric_modules():
     listed = config["options"]["packages"].split()
     assert sorted(listed) == sorted([*find_packages(str(PACKAGE.parent), include=["hf_adapters", "hf_adapters.*"]),
                                      "hf_adapters.metrics"])
+
+
+def test_the_architecture_pages_formulas_line_names_every_formula_module_and_no_other():
+    """The score guide sends a new formula's file to this line of docs/architecture.md's layer map."""
+    lines = (PACKAGE.parent / "docs" / "architecture.md").read_text(encoding="utf-8").splitlines()
+    start = next(index for index, line in enumerate(lines) if line.startswith("formulas/"))
+    end = next(index for index in range(start + 1, len(lines)) if not lines[index].startswith(" "))
+    named = set(re.findall(r"(\w+)\.py", " ".join(lines[start:end])))
+    assert named == {path.stem for path in (PACKAGE / "formulas").glob("*.py")} - {"__init__"}
