@@ -35,6 +35,9 @@ ACCELERATOR_MIN_BATCH_TOKENS = 1024
 ACTIVATION_MEMORY_SHARE = 0.5
 #: Scored positions sent through the output layer at once on an accelerator (bounds vocab memory).
 OUTPUT_CHUNK_POSITIONS = 2048
+#: Vocabulary columns of a chunk's logits converted to float32 (float64 for entropies) at once
+#: (:mod:`~hf_adapters.backends.transformers.output_layer`): no wider copy of the chunk is made.
+OUTPUT_VOCAB_SLICE = 16384
 
 
 @dataclass(frozen=True)
@@ -67,9 +70,10 @@ def activation_bytes_per_token(shape: ModelShape) -> int:
 
 def output_layer_bytes(shape: ModelShape) -> int:
     """The memory of one chunk of the output layer, whatever the batch: ``OUTPUT_CHUNK_POSITIONS``
-    logits in the model's dtype, their float32 copy and log-softmax, and the float64 temporaries of
-    entropies."""
-    return OUTPUT_CHUNK_POSITIONS * shape.vocab_size * (shape.dtype_bytes + 32)
+    logits in the model's dtype and one more tensor of their size (a float32 model's log-softmax, a
+    soft-capping's temporary), and the float64 temporaries of ``OUTPUT_VOCAB_SLICE`` columns
+    (entropies); no float32 or float64 copy of the whole chunk is made."""
+    return OUTPUT_CHUNK_POSITIONS * (shape.vocab_size * (shape.dtype_bytes + 4) + OUTPUT_VOCAB_SLICE * 32)
 
 
 def device_token_budget(device_type: str, free_bytes: int | None, shape: ModelShape | None) -> int:
@@ -84,7 +88,7 @@ def device_token_budget(device_type: str, free_bytes: int | None, shape: ModelSh
     Example:
         >>> llama_1b = ModelShape(hidden_size=2048, intermediate_size=8192, vocab_size=128256, dtype_bytes=2)
         >>> device_token_budget("cuda", 70 * 2**30, llama_1b), device_token_budget("cuda", 16 * 2**30, llama_1b)
-        (65536, 27648)
+        (65536, 49152)
         >>> device_token_budget("cpu", None, llama_1b)
         2048
     """

@@ -3,14 +3,16 @@
 Items are scored in length-sorted batches bounded by a token budget: on an accelerator one chosen
 from the device's free memory and the model's shape, and no row count unless the caller gives one
 (:mod:`~hf_adapters.backends.transformers.batching`); a batch that runs out of memory is split in
-two and scored again. The output layer runs only
-at scored positions, so no batch x length x vocabulary tensor of unscored positions is built, and
-log-softmax runs in float32 whatever the model's dtype, on chunks of positions (on the CPU, chunks
-whose logits fit in cache). On the CPU, float32 linear layers run on the faster of the default
-BLAS and oneDNN, measured on the model (:mod:`hf_adapters.backends.transformers.cpu_kernels`). An item whose whole
-sequence begins the next item's (the turns of one conversation, a repeated row), or all of it but its
-last token (the rating labels after one prompt), is scored within that item's forward pass. Scores do
-not depend on batch size, order or padding beyond float rounding.
+two and scored again. The output layer runs only at scored positions, so no batch x length x
+vocabulary tensor of unscored positions is built, on chunks of positions (on the CPU, chunks whose
+logits fit in cache), and the softmax's sums run in float32 (float64 for entropies) whatever the
+model's dtype, a slice of the vocabulary at a time, with no float32 copy of a chunk's logits
+(:mod:`~hf_adapters.backends.transformers.output_layer`). On the CPU, float32 linear layers run on
+the faster of the default BLAS and oneDNN, measured on the model
+(:mod:`hf_adapters.backends.transformers.cpu_kernels`). An item whose whole sequence begins the
+next item's (the turns of one conversation, a repeated row), or all of it but its last token (the
+rating labels after one prompt), is scored within that item's forward pass. Scores do not depend on
+batch size, order or padding beyond float rounding.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from hf_adapters.backends.transformers.cpu_kernels import (
 from hf_adapters.backends.transformers.embedding import fit_sequences, pooled_states
 from hf_adapters.backends.transformers.generation import greedy_generate
 from hf_adapters.backends.transformers.model_properties import model_max_length, unwrap_model
+from hf_adapters.backends.transformers.output_layer import chunk_entropies, chunk_nlls
 from hf_adapters.core.likelihood import (
     ContinuationScore,
     Item,
@@ -123,14 +126,6 @@ def _packed_inputs(sequences: list[list[int]]) -> tuple[dict[str, torch.Tensor |
     return {"input_ids": input_ids, "position_ids": position_ids, "attention_mask": None}, offsets[:-1]
 
 
-def _entropies(logits: torch.Tensor) -> torch.Tensor:
-    """The entropy of each row's distribution, ``-sum_v p_v ln p_v``, from its logits, in float64: a
-    near-uniform prediction's entropy is close to ``ln V``, and scores such as UPD's ``1 - H / ln V``
-    would magnify float32's rounding of it (a -inf log-probability adds 0)."""
-    logprobs = torch.log_softmax(logits.double(), dim=-1)
-    return -(logprobs.exp() * logprobs).nansum(dim=-1)
-
-
 @torch.inference_mode()
 def _token_nlls(model: PreTrainedModel, batch: list[PreparedItem], pad_id: int, packed: bool,
                 entropies: bool = False, greedy: bool = False
@@ -163,10 +158,10 @@ def _token_nlls(model: PreTrainedModel, batch: list[PreparedItem], pad_id: int, 
     chunk = output_chunk_positions(head.weight)
     for start in range(0, len(targets), chunk):
         stop = start + chunk
-        logits = postprocess(head(hidden[start:stop])).float()
-        token_nll[start:stop] = torch.nn.functional.cross_entropy(logits, targets_t[start:stop], reduction="none")
+        logits = postprocess(head(hidden[start:stop]))
+        token_nll[start:stop] = chunk_nlls(logits, targets_t[start:stop])
         if token_entropy is not None:
-            token_entropy[start:stop] = _entropies(logits)
+            token_entropy[start:stop] = chunk_entropies(logits)
         if token_top is not None:
             token_top[start:stop] = logits.argmax(dim=-1) == targets_t[start:stop]
     return torch.tensor(items, device=device), token_nll, token_entropy, token_top
