@@ -5,7 +5,7 @@ process; ``vllm`` (:class:`VLLMBackend`, where vLLM is installed) runs a vLLM en
 Another way of computing likelihoods is a subclass of :class:`LikelihoodBackend`: pass an
 instance as ``backend=`` to any entry point, or register the class under its ``name`` to make
 ``backend: NAME`` work in configs: with :func:`register_backend`, or from an installed package's
-entry point ``NAME = "module:Class"`` in the group ``hf_adapters.backends`` (:mod:`hf_adapters.core.plugins`).
+entry point ``NAME = "module:Class"`` in the group :data:`BACKEND_GROUP` (:mod:`hf_adapters.core.registry`).
 """
 
 from __future__ import annotations
@@ -21,42 +21,31 @@ from hf_adapters.backends.transformers.model import TransformersBackend, score_c
 from hf_adapters.backends.transformers.reward_model import RewardModelBackend
 from hf_adapters.backends.vllm import VLLMBackend
 from hf_adapters.core.options import OptionSpec, check_batch_size
-from hf_adapters.core.plugins import BACKEND_GROUP, entry_point_class, entry_point_names, refuse_builtin_name
+from hf_adapters.core.registry import Registry
 
-#: Backend classes by the name a config's ``backend:`` key gives.
-BACKENDS: dict[str, type[LikelihoodBackend]] = {}
-#: The package's own backends, whose names no other class may take (:func:`register_backend`).
-BUILTIN_BACKENDS: dict[str, type[LikelihoodBackend]] = {}
-
-
-def register_backend(cls: type[LikelihoodBackend]) -> type[LikelihoodBackend]:
-    """Class decorator: make ``cls`` available as ``backend: cls.name`` in configs. A ValueError for a
-    class without a name, or with a built-in backend's name (``transformers``, ``vllm``)."""
-    if not cls.name:
-        raise ValueError(f"{cls.__name__} needs a `name` to be registered.")
-    refuse_builtin_name(cls, "backend", BUILTIN_BACKENDS)
-    BACKENDS[cls.name] = cls
-    return cls
-
+#: The entry point group of backends: ``NAME = "module:LikelihoodBackendSubclass"``.
+BACKEND_GROUP = "hf_adapters.backends"
+#: Backend classes by the name a config's ``backend:`` key gives (a :class:`Registry`).
+BACKENDS: Registry[LikelihoodBackend] = Registry("backend", LikelihoodBackend, group=BACKEND_GROUP,
+                                                 where_named="in the config", guide="docs/guides/adding_a_backend.md")
+#: Make a class available as ``backend: cls.name`` in configs (a class decorator); a ValueError for a
+#: class without a name, or with a built-in backend's name (``transformers``, ``vllm``, ``reward-model``).
+register_backend = BACKENDS.register
+#: The package's own backends, whose names no other class may take.
+BUILTIN_BACKENDS = BACKENDS.builtins
 
 register_backend(TransformersBackend)
 register_backend(VLLMBackend)
 register_backend(RewardModelBackend)
-BUILTIN_BACKENDS.update(BACKENDS)
+BACKENDS.reserve_builtins()
 
 
 def backend_class(name: str) -> type[LikelihoodBackend]:
     """The backend class called ``name``: a registered one, else the one an installed package declares
-    under ``name`` in the entry point group ``hf_adapters.backends`` (imported now, and registered).
-    A ValueError lists the valid names; a :class:`~hf_adapters.core.plugins.PluginError` names an entry
+    under ``name`` in the entry point group :data:`BACKEND_GROUP` (imported now, and registered).
+    A ValueError lists the valid names; a :class:`~hf_adapters.core.registry.PluginError` names an entry
     point that cannot be loaded."""
-    if name not in BACKENDS:
-        cls = entry_point_class(BACKEND_GROUP, name, LikelihoodBackend)
-        if cls is None:
-            valid = sorted({*BACKENDS, *entry_point_names(BACKEND_GROUP)})
-            raise ValueError(f"Unknown backend {name!r}; valid backends: {valid}")
-        BACKENDS[name] = cls
-    return BACKENDS[name]
+    return BACKENDS.lookup(name)
 
 
 def resolve_backend(

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 
 from hf_adapters.core import plugins
 from hf_adapters.core.options import DEFAULT_BATCH_SIZE, DEFAULT_MODEL_ID, DTYPES, positive_int
-from hf_adapters.core.plugins import BACKEND_GROUP, PLUGINS_VARIABLE, SCORER_GROUP
+from hf_adapters.core.plugins import PLUGINS_VARIABLE
 
 #: ``--batch-size none``: no row cap, over the config's; the token budget alone bounds a batch.
 NO_ROW_CAP = "none"
@@ -66,7 +66,7 @@ def add_plugin_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plugin", action="append", metavar="MODULE",
                         help=f"import MODULE first, e.g. one that registers a backend or scorer (register_backend, "
                         f"register_scorer); repeatable; also ${PLUGINS_VARIABLE}=MOD1,MOD2. Installed packages' "
-                        f"entry points in the groups {BACKEND_GROUP} and {SCORER_GROUP} need no option")
+                        "entry points in the groups hf_adapters.backends and hf_adapters.scorers need no option")
 
 
 def import_plugins(args: argparse.Namespace) -> None:

@@ -14,44 +14,31 @@ Importing this package imports neither torch nor Ray.
 
 from __future__ import annotations
 
-from hf_adapters.core.plugins import ENGINE_GROUP, entry_point_class, entry_point_names
+from hf_adapters.core.registry import Registry
 from hf_adapters.engines.base import Engine, EngineError, ScoringJob
 from hf_adapters.engines.job_files import JobSummary
 from hf_adapters.engines.local import LocalEngine
 from hf_adapters.engines.ray import RayEngine
 
-#: Engine classes by the name ``--engine`` gives, in the order ``--help`` lists them.
-ENGINES: dict[str, type[Engine]] = {}
-#: The package's own engines, whose names no other class may take (:func:`register_engine`).
-BUILTIN_ENGINES: dict[str, type[Engine]] = {}
+#: The entry point group of engines (``hf-adapters score --engine NAME``): ``NAME = "module:EngineSubclass"``.
+ENGINE_GROUP = "hf_adapters.engines"
 #: Earlier names of engines, still accepted: earlier name -> name.
 ENGINE_ALIASES = {"accelerate": "local"}
+#: Engine classes by the name ``--engine`` gives, in the order ``--help`` lists them (a :class:`Registry`).
+ENGINES: Registry[Engine] = Registry("engine", Engine, group=ENGINE_GROUP, where_named="with --engine",
+                                     guide="docs/guides/adding_an_engine.md", aliases=ENGINE_ALIASES)
+#: Make a class available as ``--engine cls.name`` (a class decorator); a ValueError for a class without
+#: a name, with a built-in engine's name or earlier name (``local``, ``accelerate``, ``ray``), or that
+#: does not define the methods an engine must (``run``, ``interrupted_message``).
+register_engine = ENGINES.register
+#: The package's own engines, whose names no other class may take.
+BUILTIN_ENGINES = ENGINES.builtins
 #: The engine ``hf-adapters score`` runs without ``--engine``.
 DEFAULT_ENGINE = "local"
 
-
-def register_engine(cls: type[Engine]) -> type[Engine]:
-    """Class decorator: make ``cls`` available as ``--engine cls.name``. A ValueError for a class
-    without a name, with a built-in engine's name or earlier name (``local``, ``accelerate``, ``ray``),
-    or that does not define the methods an engine must (``run``, ``interrupted_message``)."""
-    if not cls.name:
-        raise ValueError(f"{cls.__name__} needs a `name` to be registered.")
-    if missing := sorted(getattr(cls, "__abstractmethods__", ())):
-        raise ValueError(f"{cls.__module__}.{cls.__qualname__} cannot be registered as the engine {cls.name!r}: it "
-                         f"does not define {' and '.join(missing)}. An engine defines run(job) and "
-                         "interrupted_message(job); see docs/guides/adding_an_engine.md.")
-    taken = BUILTIN_ENGINES.get(ENGINE_ALIASES.get(cls.name, cls.name), cls)
-    if taken is not cls:
-        raise ValueError(f"{cls.__module__}.{cls.__qualname__} cannot be registered as the engine {cls.name!r}: that "
-                         f"is the built-in {taken.__name__}'s name, and `--engine {cls.name}` must keep running it. "
-                         "Give the class a `name` of its own.")
-    ENGINES[cls.name] = cls
-    return cls
-
-
 register_engine(LocalEngine)
 register_engine(RayEngine)
-BUILTIN_ENGINES.update(ENGINES)
+ENGINES.reserve_builtins()
 
 
 def engine_name(text: str) -> str:
@@ -66,28 +53,19 @@ def engine_name(text: str) -> str:
 
 def engine_class(name: str) -> type[Engine]:
     """The engine class registered as ``name`` (or an earlier name of it), else the one an installed
-    package declares under that name in the entry point group ``hf_adapters.engines`` (imported now, and
+    package declares under that name in the entry point group :data:`ENGINE_GROUP` (imported now, and
     registered); a ValueError lists the valid names.
 
     Example:
         >>> engine_class("accelerate") is LocalEngine
         True
     """
-    name = engine_name(name)
-    if name not in ENGINES:
-        cls = entry_point_class(ENGINE_GROUP, name, Engine)
-        if cls is None:
-            raise ValueError(f"Unknown engine {name!r}; valid engines: {engine_names()}")
-        if cls.name != name:
-            raise ValueError(f"The entry point {name!r} (group {ENGINE_GROUP}) names {cls.__name__}, whose name is "
-                             f"{cls.name!r}: the two must agree.")
-        register_engine(cls)
-    return ENGINES[name]
+    return ENGINES.lookup(name)
 
 
 def engine_names() -> list[str]:
-    """The names ``--engine`` takes: the registered engines' and the entry points' of ``hf_adapters.engines``."""
-    return sorted({*ENGINES, *entry_point_names(ENGINE_GROUP)})
+    """The names ``--engine`` takes: the registered engines' and the entry points' of :data:`ENGINE_GROUP`."""
+    return ENGINES.names()
 
 
 __all__ = [

@@ -29,9 +29,10 @@ from hf_adapters.scorers.parity_scorer import InformationParityScorer
 from hf_adapters.scorers.perplexity_scorers import PerplexityScorer, PPLScorer
 from hf_adapters.scorers.score_set import ScoreSet
 
-BUILTIN_SCORERS.update(SCORERS)
+SCORERS.reserve_builtins()
 
 __all__ = [
+    "BUILTIN_SCORERS",
     "SCORERS",
     "AnswerEntropyScorer",
     "AskLlmScorer",

@@ -18,22 +18,12 @@ import yaml
 from hf_adapters.backends import BackendOptions, LikelihoodBackend, TransformersBackend
 from hf_adapters.backends import loading as models
 from hf_adapters.core.options import OptionSpec, partition_options
-from hf_adapters.core.plugins import SCORER_GROUP, entry_point_class, entry_point_names, refuse_builtin_name
+from hf_adapters.core.registry import Registry
 
-SCORERS: dict[str, type[RowScorer]] = {}
-#: The package's own scorers, whose names no other class may take (:func:`register_scorer`); filled
-#: once ``hf_adapters.scorers`` has registered them all.
-BUILTIN_SCORERS: dict[str, type[RowScorer]] = {}
+#: The entry point group of scorers: ``NAME = "module:RowScorerSubclass"``.
+SCORER_GROUP = "hf_adapters.scorers"
 #: The backend of a config without a ``backend`` key.
 BACKEND_DEFAULT = TransformersBackend.name
-
-
-def register_scorer(cls: type[RowScorer]) -> type[RowScorer]:
-    """Class decorator: make ``cls`` available under ``cls.name`` in configs. A ValueError for a
-    built-in scorer's name (``PPLScorer``...) taken by another class."""
-    refuse_builtin_name(cls, "scorer", BUILTIN_SCORERS)
-    SCORERS[cls.name] = cls
-    return cls
 
 
 def row_name(row: Mapping[str, Any], index: int) -> str:
@@ -224,6 +214,17 @@ class RowScorer:
         return self.score_batch(batch, indices[0] if indices else 0)
 
 
+#: Scorer classes by the name a config's ``name:`` key gives (a :class:`Registry`).
+SCORERS: Registry[RowScorer] = Registry("scorer", RowScorer, group=SCORER_GROUP, where_named="in the config",
+                                        guide="docs/guides/adding_a_score.md", unknown_error=ConfigError)
+#: Make a class available under ``cls.name`` in configs (a class decorator); a ValueError for a class
+#: without a name, or with a built-in scorer's name (``PPLScorer``...).
+register_scorer = SCORERS.register
+#: The package's own scorers, whose names no other class may take; filled once ``hf_adapters.scorers``
+#: has registered them all.
+BUILTIN_SCORERS = SCORERS.builtins
+
+
 class ModelRowScorer(RowScorer):
     """Base of scorers that run a model. The config keys are ``model`` (a model id or path, or, as
     in transformers' ``pipeline``, a loaded model passed with its ``tokenizer``), ``batch_size``,
@@ -362,23 +363,18 @@ class ModelRowScorer(RowScorer):
 
 def scorer_class(config: Mapping[str, Any]) -> type[RowScorer]:
     """The scorer class a config names: a registered one, else the one an installed package declares
-    under that name in the entry point group ``hf_adapters.scorers`` (imported now, and registered).
+    under that name in the entry point group :data:`SCORER_GROUP` (imported now, and registered).
     ``name: IFDScorer`` with a ``turns`` key names ``ConversationIFDScorer``: IFD of conversations; a config
     with ``scores`` and no ``name`` names ``ScoreSet``."""
     name = config.get("name", "ScoreSet" if "scores" in config else None)
     if name == "IFDScorer" and "turns" in config:
         name = "ConversationIFDScorer"
-    if name not in SCORERS:
-        cls = entry_point_class(SCORER_GROUP, name, RowScorer) if isinstance(name, str) else None
-        if cls is None:
-            raise ConfigError(f"Unknown scorer name {name!r}; valid names: {scorer_names()}")
-        SCORERS[name] = cls
-    return SCORERS[name]
+    return SCORERS.lookup(name)
 
 
 def scorer_names() -> list[str]:
-    """The names a config may give: the registered scorers' and the entry points' of ``hf_adapters.scorers``."""
-    return sorted({*SCORERS, *entry_point_names(SCORER_GROUP)})
+    """The names a config may give: the registered scorers' and the entry points' of :data:`SCORER_GROUP`."""
+    return SCORERS.names()
 
 
 def build_scorer(config: Mapping[str, Any], **overrides: Any) -> RowScorer:

@@ -19,13 +19,13 @@ import pytest
 from hf_adapters import cli
 from hf_adapters.cli import main
 from hf_adapters.core.texts import ppl_text
-from hf_adapters.engines.local import work_dir_for
+from hf_adapters.engines.work_folder import work_dir_for
 from hf_adapters.formulas.ifd import compute_ifd
 from hf_adapters.formulas.perplexity import compute_perplexity
 from hf_adapters.scorers import RowScorer, register_scorer
 from tests.conftest import job_rows, read_jsonl, write_jsonl
 from tests.curation.test_selection import refused_with_a_message
-from tests.engines.test_jobs import make_rows
+from tests.engines.test_local import make_rows
 
 
 @register_scorer
@@ -79,7 +79,7 @@ def test_batch_size_and_model_flags_override_the_config(tmp_path, data):
 @pytest.mark.parametrize(
     "config_text,flags,message",
     [
-        ("name: NoSuchScorer\n", [], r"error: Unknown scorer name 'NoSuchScorer'; valid names: .*'OutputLengthScorer'"),
+        ("name: NoSuchScorer\n", [], r"error: Unknown scorer 'NoSuchScorer'; valid scorers: .*'OutputLengthScorer'"),
         ("name: OutputLengthScorer\ntemperature: 2\n", [], r"error: Unknown key\(s\) \['temperature'\] .*valid keys"),
         ("- just a list\n", [], r"error: .*a config is a YAML mapping with a `name` key"),
         ("name: OutputLengthScorer\n", ["--data", "missing.jsonl"], r"error: Data file .*missing.jsonl. does not"),

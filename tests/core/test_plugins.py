@@ -175,7 +175,7 @@ def test_unknown_names_list_the_entry_points_too(on_path):
     with pytest.raises(ValueError, match=r"Unknown backend 'nope'; valid backends: .*'broken'.*'halfnat'.*"
                                          r"'transformers'"):
         backend_class("nope")
-    with pytest.raises(ConfigError, match=r"Unknown scorer name 'Nope'; valid names: .*'CharCount'.*'PPLScorer'"):
+    with pytest.raises(ConfigError, match=r"Unknown scorer 'Nope'; valid scorers: .*'CharCount'.*'PPLScorer'"):
         scorer_class({"name": "Nope"})
     assert "halfnat_backend" not in sys.modules
 
@@ -359,7 +359,8 @@ class RunsNothing(Engine):
      "--num-workers, which the engine 'ray' has already: give its options names of their own in its add_arguments"),
     (RUNS_NOTHING, "runs-nothing", "error: cannot import the plugin module 'repeats_an_option' (--plugin): "
      "ValueError: repeats_an_option.RunsNothing cannot be registered as the engine 'runs-nothing': it does not define "
-     "run. An engine defines run(job) and interrupted_message(job)")], ids=["repeats --num-workers", "lacks run"])
+     "run, which every Engine subclass must define; see docs/guides/adding_an_engine.md.")],
+    ids=["repeats --num-workers", "lacks run"])
 def test_an_engine_plugin_that_cannot_be_run_is_one_error_line_saying_why(plugin_folder, code, engine, said,
                                                                           tmp_path, capsys, monkeypatch):
     """An engine repeating another's option (argparse's conflict) or lacking ``run`` (instantiating an

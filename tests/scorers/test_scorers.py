@@ -102,7 +102,7 @@ def test_unknown_key_is_an_error_listing_the_valid_keys(tmp_path):
 
 
 def test_unknown_name_is_an_error_listing_the_valid_names(tmp_path):
-    with pytest.raises(ConfigError, match=r"'IFDScore'.*valid names: \[.*'IFDScorer'.*'PPLScorer'"):
+    with pytest.raises(ConfigError, match=r"'IFDScore'.*valid scorers: \[.*'IFDScorer'.*'PPLScorer'"):
         build_scorer(load_config(write(tmp_path, SEED_IFD_YAML.replace("IFDScorer", "IFDScore"))))
 
 
