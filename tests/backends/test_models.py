@@ -424,3 +424,21 @@ def test_add_ifd_column_recomputes_conversations_after_a_chat_template_change(tm
         assert again == pytest.approx(fresh)
     finally:
         clear_model_cache(model_dir)
+
+
+def test_a_hub_that_cannot_be_reached_is_said_only_with_verbose(unreachable_hub, tmp_path, caplog, capsys,
+                                                               monkeypatch):
+    """Offline on purpose, every run said "The hub ... cannot be reached": a debug message now, which
+    ``--verbose`` shows; a model that cannot be found still says why in its error.
+
+    Round five, item 22."""
+    config = tmp_path / "ppl.yaml"
+    config.write_text("name: PPLScorer\nmodel: nobody-here/no-such-model\n", encoding="utf-8")
+    data = write_jsonl(tmp_path / "rows.jsonl", [{"id": "a", "instruction": "Hi.", "output": "Hello."}])
+    for flags, said in (([], False), (["--verbose"], True)):
+        monkeypatch.setattr(models, "_hub_checks", {})
+        caplog.clear()
+        assert cli.main(["score", str(config), "--data", str(data), "--output", str(tmp_path / "o.jsonl"),
+                         "--no-progress", *flags]) == 2
+        assert "the hub could not be reached" in capsys.readouterr().err
+        assert any("cannot be reached" in message for message in caplog.messages) == said

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -417,3 +418,12 @@ def test_select_from_python_keeps_only_the_rows_within_every_where_bound():
     assert list(split["train"]["id"]) == ["r1"]
     with pytest.raises(ValueError, match="Column 'nope' not found"):
         select(ds, "ifd", where=["nope<1"])
+
+
+def test_select_counts_one_row_in_the_singular(tmp_path, capsys):
+    data = write_jsonl(tmp_path / "rows.jsonl", [{"id": "a", "text": "x"}])
+    scores = write_jsonl(tmp_path / "scores.jsonl", [{"id": "a", "score": 1.0}])
+    assert cli.main(["select", "--data", str(data), "--scores", str(scores), "--top-n", "1", "--max-score", "0.5",
+                     "--output", str(tmp_path / "kept.jsonl")]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^ +1 row removed: ", out, re.M) and "0 of 1 row selected" in out, out

@@ -227,3 +227,8 @@ def test_an_engine_an_installed_package_declares_is_found_by_its_entry_point(job
     assert written(tmp_path / "installed.jsonl") == written(tmp_path / "local.jsonl")
     assert score(config, data, tmp_path / "none.jsonl", "--engine", "slurm") == 2
     assert "Unknown engine 'slurm'; valid engines: ['installed-reversed', 'local', 'ray'" in capsys.readouterr().err
+
+
+def test_a_job_summary_of_one_row_speaks_in_the_singular():
+    assert str(JobSummary(rows=1, valid=1, seconds=2.0, scored=1)) == "1 row, 1 valid score, 0.5 rows/s"
+    assert str(JobSummary(rows=2, valid=0, seconds=1.0, scored=2)).startswith("2 rows, 0 valid scores, ")

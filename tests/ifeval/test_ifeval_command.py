@@ -334,3 +334,12 @@ def test_a_sample_line_whose_key_is_a_list_is_skipped_not_a_traceback(tmp_path, 
     with caplog.at_level(logging.WARNING):
         assert recover_samples(path) == [sample(1)]
     assert "line 1 (not a sample" in caplog.text
+
+
+def test_an_ifeval_run_of_one_prompt_speaks_in_the_singular_and_leaves_no_lock(model_dir, tmp_path, capsys):
+    folder = tmp_path / "out"
+    assert cli.main(["ifeval", "--no-progress", "--model", model_dir, "--limit", "1", "--max-new-tokens", "2",
+                     "--output", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert "ifeval: 1 prompt, 3 instructions;" in out and "this run generated 1 response, 2 tokens in" in out
+    assert sorted(path.name for path in folder.iterdir()) == ["results.json", "run.json", "samples.jsonl"]
