@@ -3,10 +3,12 @@ are, the seed configs, the same numbers as the formulas, and a score set with IF
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
 import pytest
+import yaml
 
 from hf_adapters import cli
 from hf_adapters.formulas.ask_llm import compute_ask_llm
@@ -23,9 +25,13 @@ from hf_adapters.scorers import (
     load_config,
 )
 from tests.conftest import build_model, read_jsonl, saved_model, write_config, write_jsonl
+from tests.formulas import test_reward
 from tests.formulas.test_judgment_scores import INPUTS, INSTRUCTIONS, OUTPUTS, ROWS
 
 CONFIGS = Path(__file__).resolve().parents[2] / "hf_adapters" / "configs"
+#: The tiny reward model's fixtures (a sequence classifier and its chat-templated tokenizer), as a folder.
+reward_tokenizer, reward_model = test_reward.reward_tokenizer, test_reward.reward_model
+reward_dir = test_reward.reward_dir
 RECORDS = [{"instruction": i, "input": n, "output": o} for i, n, o in ROWS]
 #: The scorer entries of OpenDataArena-Tool's configs, verbatim but for the rating prompts' file.
 OPENDATAARENA_YAML = {
@@ -144,3 +150,142 @@ def test_judgment_scores_are_columns_through_dataset_map(model_dir):
     ds = add_score_columns(Dataset.from_list(RECORDS), ScoreSet(["DeitaCScorer", "AskLlmScorer"], model=model_dir))
     alone = build_scorer({"name": "DeitaCScorer", "model": model_dir}).score_rows(RECORDS)
     assert ds["deita_complexity"] == pytest.approx(alone, rel=1e-6) and len(ds["ask_llm"]) == len(RECORDS)
+
+
+def test_a_reward_models_values_are_a_column_through_dataset_map(reward_dir):
+    from datasets import Dataset
+
+    from hf_adapters import add_score_columns
+
+    scorer = build_scorer({"name": "SkyworkRewardScorer", "model": reward_dir})
+    ds = add_score_columns(Dataset.from_list(RECORDS), scorer)
+    assert ds["reward"] == pytest.approx(scorer.score_rows(RECORDS), rel=1e-6)
+
+
+#: A score set of every judgment of one causal LM beside IFD: a DEITA pair, Ask-LLM and SelectIT.
+JUDGMENT_SET = ["IFDScorer", "DeitaCScorer", "DeitaQScorer", "AskLlmScorer", {"name": "SelectitTokenScorer", "k": 2}]
+
+
+def id_rows(copies: int = 1) -> list[dict]:
+    """:data:`RECORDS` with ids, ``copies`` times."""
+    return [{"id": f"r{copy}-{i}", **row} for copy in range(copies) for i, row in enumerate(RECORDS)]
+
+
+@pytest.mark.parametrize("stopped", ["set", "reward"])
+def test_a_stopped_judgment_job_resumes_to_the_bytes_of_an_uninterrupted_run(model_dir, reward_dir, tmp_path,
+                                                                              monkeypatch, stopped):
+    from datasets import Dataset
+
+    from hf_adapters.engines.local import run_scoring_job
+    from hf_adapters.scorers import RewardModelScorer
+    from tests.scorers.test_score_sets import StopAfter
+
+    config, cls = {"set": ({"scores": JUDGMENT_SET, "model": model_dir, "batch_size": 2}, ScoreSet),
+                   "reward": ({"name": "SkyworkRewardScorer", "model": reward_dir, "batch_size": 2},
+                              RewardModelScorer)}[stopped]
+    data = Dataset.from_list(id_rows(3))
+    output = tmp_path / "out.jsonl"
+    with monkeypatch.context() as patch:
+        patch.setattr(cls, "score_batch", StopAfter(2)(cls.score_batch))
+        with pytest.raises(KeyboardInterrupt):
+            run_scoring_job(data, build_scorer(config), output, progress=False, data_fingerprint="rows", save_every=2)
+    assert not output.exists()
+    summary = run_scoring_job(data, build_scorer(config), output, progress=False, data_fingerprint="rows",
+                              save_every=2)
+    assert (summary.rows, summary.scored) == (12, 8)
+    run_scoring_job(data, build_scorer(config), tmp_path / "whole.jsonl", progress=False, data_fingerprint="rows",
+                    save_every=2)
+    assert output.read_bytes() == (tmp_path / "whole.jsonl").read_bytes()
+
+
+def test_summary_and_compare_read_the_judgment_columns_of_a_jobs_output(model_dir, tmp_path, capsys):
+    data = write_jsonl(tmp_path / "rows.jsonl", id_rows(2))
+    config = tmp_path / "judgments.yaml"
+    config.write_text(yaml.safe_dump({"scores": JUDGMENT_SET}), encoding="utf-8")
+    scores = tmp_path / "scores.jsonl"
+    assert cli.main(["score", str(config), "--data", str(data), "--output", str(scores), "--model", model_dir,
+                     "--no-progress"]) == 0
+    lines = read_jsonl(scores)
+    columns = ["ifd", "deita_complexity", "deita_quality", "ask_llm", "selectit"]
+    capsys.readouterr()
+    assert cli.main(["summary", str(scores), "--json"]) == 0
+    summary = {entry["column"]: entry for entry in json.loads(capsys.readouterr().out)["columns"]}
+    assert list(summary) == columns
+    for column in columns:
+        assert summary[column]["valid"] == len(lines), column
+        assert summary[column]["mean"] == pytest.approx(sum(line[column] for line in lines) / len(lines))
+    assert cli.main(["compare", str(scores), "--columns", "deita_complexity", "deita_quality", "--top-k", "2",
+                     "--json"]) == 0
+    compared = json.loads(capsys.readouterr().out)
+    assert compared["compared"] == len(lines) and -1 <= compared["spearman"] <= 1
+
+
+@pytest.mark.parametrize("file", ["deita_complexity.yaml", "deita_quality.yaml", "ask_llm.yaml", "selectit.yaml",
+                                  "judgment_set.yaml"])
+def test_a_seed_config_runs_offline_with_model_naming_a_local_folder(file, model_dir, tmp_path, monkeypatch):
+    """Each shipped config, its ``model:`` line pointed at a local model folder, runs as a command with the
+    hub unreachable and gives the scorer's numbers."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    text = (CONFIGS / file).read_text(encoding="utf-8")
+    config = tmp_path / file
+    config.write_text(text.replace("model: HuggingFaceTB/SmolLM2-135M-Instruct", f"model: {model_dir}"),
+                      encoding="utf-8")
+    assert f"model: {model_dir}" in config.read_text(encoding="utf-8")
+    data = write_jsonl(tmp_path / "rows.jsonl", id_rows())
+    output = tmp_path / "scores.jsonl"
+    assert cli.main(["score", str(config), "--data", str(data), "--output", str(output), "--no-progress"]) == 0
+    lines = read_jsonl(output)
+    scorer = build_scorer(load_config(config))
+    if isinstance(scorer, ScoreSet):
+        expected = scorer.score_batch({key: [row[key] for row in RECORDS] for key in RECORDS[0]})
+        assert list(lines[0]) == ["id", "ifd", "deita_complexity", "deita_quality", "ask_llm"]
+    else:
+        expected = {"score": scorer.score_rows(RECORDS)}
+    for column in list(lines[0])[1:]:
+        assert [line[column] for line in lines] == pytest.approx(expected[column], rel=1e-6), column
+
+
+@pytest.mark.usefixtures("ray_cluster")
+@pytest.mark.parametrize("job", ["set", "reward"])
+def test_judgments_on_ray_write_the_local_files_bytes_and_a_stopped_ray_job_resumes_to_them(
+        job, model_dir, reward_dir, tmp_path, monkeypatch, capsys):
+    """A DEITA pair, Ask-LLM and SelectIT beside IFD: two Ray workers write the default engine's file byte for
+    byte (the CPU kernel pinned); a reward model's values, whose float rounding depends on the rows that
+    share a batch, within that rounding. A Ray job stopped before its merge, one part lost, resumes to the
+    uninterrupted Ray run's bytes."""
+    from hf_adapters.engines import ray as ray_engine
+
+    def stopped_before_the_merge(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setenv("HF_ADAPTERS_CPU_LINEAR", "default")
+    config = tmp_path / "job.yaml"
+    config.write_text(yaml.safe_dump({"set": {"model": model_dir, "batch_size": 4, "scores": JUDGMENT_SET},
+                                      "reward": {"name": "SkyworkRewardScorer", "model": reward_dir,
+                                                 "batch_size": 4}}[job]), encoding="utf-8")
+    data = write_jsonl(tmp_path / "rows.jsonl", id_rows(6))
+
+    def score(output: str, *flags: str) -> int:
+        return cli.main(["score", str(config), "--data", str(data), "--output", str(tmp_path / output),
+                         "--score-columns", "all", "--no-progress", *flags])
+
+    on_ray = ("--engine", "ray", "--num-workers", "2", "--rows-per-block", "8")
+    assert score("local.jsonl") == 0
+    assert score("ray.jsonl", *on_ray) == 0
+    expected = (tmp_path / "ray.jsonl").read_bytes()
+    if job == "set":
+        assert expected == (tmp_path / "local.jsonl").read_bytes()
+    local, on_workers = read_jsonl(tmp_path / "local.jsonl"), read_jsonl(tmp_path / "ray.jsonl")
+    assert [line["id"] for line in on_workers] == [line["id"] for line in local]
+    for column in list(local[0])[1:]:
+        assert [line[column] for line in on_workers] == pytest.approx([line[column] for line in local], rel=1e-5)
+    with monkeypatch.context() as patch:
+        patch.setattr(ray_engine, "merge_parts", stopped_before_the_merge)
+        assert score("resumed.jsonl", *on_ray) == 130
+    parts = sorted((tmp_path / "resumed.jsonl.parts").glob("*.done"))
+    assert len(parts) == 3
+    parts[1].unlink()
+    capsys.readouterr()
+    assert score("resumed.jsonl", *on_ray) == 0
+    assert "this run scored 8" in capsys.readouterr().out
+    assert (tmp_path / "resumed.jsonl").read_bytes() == expected
