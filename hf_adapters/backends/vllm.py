@@ -7,7 +7,13 @@ the model's length, NaN for nothing to score), and the items whose sequence begi
 read from that one's request (:func:`~hf_adapters.core.likelihood.host_prefixes`). Where the engine can be
 asked for the logprobs of chosen positions only (``prompt_logprob_start`` with
 ``prompt_logprob_token_ids``, vLLM's V2 model runner) only the continuation's are computed; else
-those of every prompt position are, and the continuation's read from them.
+those of every prompt position are, and the continuation's read from them. An item that scores one token
+right after its context (a rating label after its prompt) is read from the log-probabilities of chosen
+ids at the position after that context (``logprob_token_ids``), and the items of one context (the labels
+"1".."6" of one prompt) share that one request.
+
+A reward model (a ``*ForSequenceClassification`` checkpoint) runs on vLLM's pooling runner:
+:meth:`VLLMBackend.head_values` gives its classifier head's raw values at the last token.
 
 The engine runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), so a script needs no
 ``if __name__ == "__main__":`` guard; one engine is kept per model, dtype and device. In float32
@@ -177,6 +183,8 @@ class VLLMBackend(LikelihoodBackend):
         #: Whether the engine can compute the logprobs of the continuation only.
         self.scores_continuation_only = ("prompt_logprob_start" in fields
                                          and bool(getattr(config, "use_v2_model_runner", False)))
+        #: Whether the engine returns the log-probabilities of chosen ids at the position after a prompt.
+        self.reads_chosen_ids = "logprob_token_ids" in fields
         #: The ``vllm.LLM`` arguments it was started with beside ours (:meth:`from_pretrained`).
         self.engine_args = dict(engine_args or {})
         self._identity: dict[str, Any] | None = None
@@ -242,6 +250,27 @@ class VLLMBackend(LikelihoodBackend):
                                 [entry.rank == 1 for entry in chosen] if greedy else None))
         return results
 
+    def _next_token_logprobs(self, contexts: Sequence[Sequence[int]], ids: Sequence[Sequence[int]],
+                             show: bool) -> list[dict[int, float]]:
+        """For each context, the log-probabilities of the chosen ``ids`` at the position after it, in the
+        model's whole next-token distribution: one request per context and at most
+        ``MAX_LOGPROB_TOKEN_IDS`` ids (more take several)."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        width = _max_chosen_ids()
+        requests = [(index, chosen[start:start + width]) for index, chosen in enumerate(ids)
+                    for start in range(0, len(chosen), width)]
+        params = [SamplingParams(max_tokens=1, temperature=0.0, detokenize=False, logprob_token_ids=list(chosen))
+                  for _, chosen in requests]
+        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=list(contexts[index])) for index, _ in requests],
+                                    params, use_tqdm=show)
+        results: list[dict[int, float]] = [{} for _ in contexts]
+        for (index, chosen), output in zip(requests, outputs, strict=True):
+            position = output.outputs[0].logprobs[0]
+            results[index].update({token: float(position[token].logprob) for token in chosen})
+        return results
+
     def score(
         self,
         items: Sequence[Item],
@@ -254,7 +283,9 @@ class VLLMBackend(LikelihoodBackend):
         progress: bool | None = None,
         desc: str = "Scoring",
     ) -> list[ContinuationScore]:
-        """Each item's NLL from vLLM's prompt logprobs; ``batch_size`` is left to vLLM's scheduler."""
+        """Each item's NLL from vLLM's prompt logprobs, or for one token after its context from the
+        logprobs of chosen ids after it; ``batch_size`` is left to vLLM's scheduler."""
+        self._refuse_pooling("computes no likelihoods")
         prepared = prepare_items(items, self.start_token_id, max_length=max_length, truncate=truncate,
                                  position_limit=self.max_length)
         results: list[ContinuationScore | None] = [None] * len(prepared)
@@ -266,6 +297,8 @@ class VLLMBackend(LikelihoodBackend):
                 results[item.index] = item.unscored(token_losses, greedy=greedy)
         hosts = host_prefixes(scorable)
         show = progress if progress is not None else len(hosts) > 64
+        if self.reads_chosen_ids and not greedy:
+            hosts = self._score_next_tokens(hosts, results, token_losses, show)
         for host, (logprobs, tops) in zip(hosts, self._prompt_logprobs(hosts, show, greedy) if hosts else [],
                                           strict=True):
             first = min(unit.first_scored for unit in host.units)
@@ -277,6 +310,57 @@ class VLLMBackend(LikelihoodBackend):
                                        ContinuationScore(math.fsum(nlls), len(nlls), unit.truncated,
                                                          nlls if token_losses else None, greedy=flag))
         return results  # type: ignore[return-value]
+
+    def _score_next_tokens(self, hosts: list[PreparedItem], results: list[ContinuationScore | None],
+                           token_losses: bool, show: bool) -> list[PreparedItem]:
+        """Score into ``results`` each host that is one item scoring one token right after its context, one
+        request per distinct context; the other hosts, returned, go through the prompt logprobs."""
+        others, contexts = [], {}
+        for host in hosts:
+            if host.guests or host.first_scored != len(host.input_ids) - 1:
+                others.append(host)
+            else:
+                contexts.setdefault(tuple(host.input_ids[:-1]), []).append(host)
+        if not contexts:
+            return others
+        wanted = [sorted({host.input_ids[-1] for host in group}) for group in contexts.values()]
+        for group, logprobs in zip(contexts.values(), self._next_token_logprobs(list(contexts), wanted, show),
+                                   strict=True):
+            for host in group:
+                nlls = (-logprobs[host.input_ids[-1]],)
+                results[host.index] = (_non_finite_score(host, nlls, None) or
+                                       ContinuationScore(nlls[0], 1, host.truncated,
+                                                         nlls if token_losses else None))
+        return others
+
+    def _refuse_pooling(self, what: str) -> None:
+        """A NotImplementedError where the engine serves a pooling model (a reward model), which ``what``."""
+        if self.pooling:
+            raise NotImplementedError(f"This vLLM engine serves a pooling model (a sequence classifier, such as a "
+                                      f"reward model), which {what}: it gives head values (`head_values`).")
+
+    @property
+    def pooling(self) -> bool:
+        """Whether the engine runs vLLM's pooling runner (a sequence classifier) rather than a generator."""
+        return getattr(getattr(self.llm.llm_engine, "model_config", None), "runner_type", None) == "pooling"
+
+    def head_values(self, sequences: Sequence[Sequence[int]], *, batch_size: int | None = None,
+                    progress: bool | None = None) -> list[list[float]]:
+        """A reward model's head values at each sequence's last token, from vLLM's pooling runner (the raw
+        values, without the classifier's activation); ``batch_size`` is left to vLLM's scheduler."""
+        if not self.pooling:
+            raise NotImplementedError("This vLLM engine serves a causal LM, which holds no sequence classifier: "
+                                      "reward scores need a reward model (a *ForSequenceClassification checkpoint), "
+                                      "which vLLM runs on its pooling runner.")
+        if any(not sequence for sequence in sequences):
+            raise ValueError("A reward model reads at least one token per sequence.")
+        from vllm import PoolingParams
+        from vllm.inputs import TokensPrompt
+
+        show = progress if progress is not None else len(sequences) > 64
+        outputs = self.llm.classify([TokensPrompt(prompt_token_ids=list(sequence)) for sequence in sequences],
+                                    pooling_params=PoolingParams(use_activation=False), use_tqdm=show)
+        return [[float(value) for value in output.outputs.probs] for output in outputs]
 
     def default_stop_token_ids(self) -> list[int]:
         """The tokenizer's EOS and every EOS id of the model's generation config (the end of turn)."""
@@ -304,6 +388,7 @@ class VLLMBackend(LikelihoodBackend):
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
+        self._refuse_pooling("generates no text")
         refusals = prompt_refusals()
         stops = list(self.default_stop_token_ids() if stop_token_ids is None else stop_token_ids)
         params = SamplingParams(temperature=0.0, max_tokens=max_new_tokens, stop_token_ids=stops,
@@ -339,6 +424,13 @@ class VLLMBackend(LikelihoodBackend):
                 engine.abort_request(queued)
             raise
         return responses  # type: ignore[return-value]
+
+
+def _max_chosen_ids() -> int:
+    """The most ids one request may ask the log-probabilities of (``logprob_token_ids``)."""
+    from vllm import sampling_params
+
+    return getattr(sampling_params, "MAX_LOGPROB_TOKEN_IDS", 128)
 
 
 def prompt_refusals() -> tuple[type[Exception], ...]:

@@ -28,21 +28,25 @@ import evaluate
 import pytest
 import torch
 from datasets import Dataset
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaConfig, LlamaForCausalLM, LlamaForSequenceClassification
 
 from hf_adapters import cli
 from hf_adapters.backends import TransformersBackend, VLLMBackend, backend_class
 from hf_adapters.backends.base import EntropyUnsupportedError
 from hf_adapters.backends.vllm import ENGINE_ARGS_ENV
 from hf_adapters.columns.dataset_columns import add_ifd_column
+from hf_adapters.formulas.deita import DeitaOptions, compute_deita, deita_prompt
 from hf_adapters.formulas.ifd import compute_ifd
 from hf_adapters.formulas.information_parity import compute_information_parity
 from hf_adapters.formulas.perplexity import compute_perplexity
+from hf_adapters.formulas.rating_tokens import label_log_probs, label_token_ids
 from hf_adapters.scorers import ConversationIFDScorer, ScoreSet, build_scorer
 from tests.backends.test_backends import TEXTS, naive_perplexities
-from tests.conftest import assert_exact, float64_copy, write_jsonl
+from tests.conftest import assert_exact, build_tokenizer, float64_copy, saved_model, write_jsonl
 from tests.core.test_conversations import CONVERSATIONS, naive_conversation_ifd
+from tests.formulas import test_judgment_scores as judgment
 from tests.formulas.test_ifd import INPUTS, INSTRUCTIONS, OUTPUTS
+from tests.formulas.test_reward import CHAT_TEMPLATE, naive_rewards
 from tests.spaces.spaces_fixtures import load_app
 
 REPO = Path(__file__).resolve().parents[2]
@@ -276,6 +280,68 @@ def test_the_default_model_on_vllm_and_an_ifeval_run_that_resumes_after_kill_9(t
     assert len(lines) == 6 and len({line["key"] for line in lines}) == 6
     results = json.loads((output / "results.json").read_text(encoding="utf-8"))
     assert results["model"]["backend"] == "vllm"
+
+
+# ------------------------------------------------ judgment scores: rating labels in one request, reward models
+
+
+def test_the_rating_labels_after_one_prompt_are_one_request_within_the_exactness_bound(engine, model, tokenizer,
+                                                                                      monkeypatch):
+    """DEITA's six labels after each prompt: one vLLM request per prompt (the log-probabilities of the chosen
+    ids at the position after it), each log-probability and rating within the exactness bound."""
+    sent = []
+    generate = engine.llm.generate
+    monkeypatch.setattr(engine.llm, "generate",
+                        lambda prompts, params, **settings: sent.extend(prompts) or generate(prompts, params,
+                                                                                            **settings))
+    options = DeitaOptions(aspect="quality")
+    prompts = [tokenizer(deita_prompt(*row, options)).input_ids for row in judgment.ROWS]
+    labels = label_token_ids(tokenizer, list("123456"))
+    log_probs = label_log_probs(engine, prompts, labels, max_length=None)
+    assert [prompt["prompt_token_ids"] for prompt in sent] == prompts
+    with torch.inference_mode():
+        assert_exact(log_probs, lambda m: [judgment.next_token_log_probs(m, ids)[labels].tolist() for ids in prompts],
+                     model)
+        ratings = compute_deita(judgment.INSTRUCTIONS, judgment.OUTPUTS, judgment.INPUTS, aspect="quality",
+                                backend=engine)["deita_scores"]
+        assert_exact(ratings, lambda m: [judgment.naive_rating(m, ids, labels, [1, 2, 3, 4, 5, 6]) for ids in prompts],
+                     model)
+
+
+def test_judgments_beside_ifd_in_a_score_set_on_vllm_equal_each_scorer_alone(engine):
+    batch = {"instruction": judgment.INSTRUCTIONS, "input": judgment.INPUTS, "output": judgment.OUTPUTS}
+    members = ["IFDScorer", "DeitaCScorer", "DeitaQScorer", "AskLlmScorer", {"name": "SelectitTokenScorer", "k": 2}]
+    together = ScoreSet(members, backend=engine).score_batch(batch)
+    for member in members:
+        member = member if isinstance(member, dict) else {"name": member}
+        for output, values in build_scorer({**member, "backend": engine}).score_batch(batch).items():
+            assert together[output] == pytest.approx(values, rel=4e-5, nan_ok=True), output
+
+
+@pytest.fixture(scope="module")
+def reward_on_vllm(tmp_path_factory):
+    """A tiny reward model (a Llama sequence classifier with heads of 32 dimensions, for vLLM's CPU attention),
+    its chat-templated tokenizer and its folder."""
+    tokenizer = build_tokenizer()
+    tokenizer.chat_template = CHAT_TEMPLATE
+    torch.manual_seed(1)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=512, num_labels=1,
+                         pad_token_id=tokenizer.pad_token_id)
+    model = LlamaForSequenceClassification(config).eval()
+    return model, tokenizer, saved_model(tmp_path_factory.mktemp("vllm-reward-model"), model, tokenizer)
+
+
+def test_a_reward_model_on_vllms_pooling_runner_gives_its_heads_value_at_the_last_token(reward_on_vllm, engine):
+    pytest.importorskip("vllm", reason=NO_VLLM)
+    model, tokenizer, folder = reward_on_vllm
+    records = [{"instruction": i, "input": n, "output": o} for i, n, o in judgment.ROWS]
+    scorer = build_scorer({"name": "RewardModelScorer", "model": folder, "backend": "vllm"})
+    assert_exact(scorer.score_rows(records), lambda m: naive_rewards(m, tokenizer, judgment.ROWS), model)
+    with pytest.raises(NotImplementedError, match="serves a pooling model .* which computes no likelihoods"):
+        scorer.load().score([([1, 2], [3])])
+    with pytest.raises(NotImplementedError, match="serves a causal LM, which holds no sequence classifier"):
+        engine.head_values([[1, 2]])
 
 
 # ----------------------------------------------------------------------------------- on a stand-in engine
