@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from hf_adapters.backends import TransformersBackend
-from hf_adapters.backends.transformers import attention, embedding
+from hf_adapters.backends.transformers import attention, budget_measurement, embedding
 from hf_adapters.backends.transformers import model as transformers_model
 from hf_adapters.backends.transformers.batching import (
     ACCELERATOR_MAX_BATCH_TOKENS,
@@ -180,3 +180,36 @@ def test_scoring_and_embedding_run_their_forward_passes_off_cudnn(model, tokeniz
     finally:
         hook.remove()
     assert devices and set(devices) == {"cpu"} and inside and all(inside)
+
+
+def test_an_accelerator_times_candidate_budgets_on_the_first_batches_and_keeps_the_fastest(model, tokenizer,
+                                                                                           monkeypatch):
+    """On a fake accelerator (the model's device taken for one), of budgets of 64, 128 and 256 tokens, a
+    clock makes the 128's batch the fastest: it batches the job, is recorded, and a resumed job reuses it."""
+    monkeypatch.setattr(TransformersBackend, "_device_type", lambda self: "cuda")
+    monkeypatch.setattr(transformers_model, "free_memory", lambda device: 40 * GiB)
+    monkeypatch.setattr(budget_measurement, "CANDIDATE_BUDGETS", (64, 128, 256))
+    monkeypatch.setenv("HF_ADAPTERS_COMPILE", "off")
+    readings = iter([0.0, 1.0,  # the warm-up (64)
+                     1.0, 2.0, 2.0, 3.0, 3.0, 13.0])  # 64 tokens in 1 s, 128 in 1 s, 256 in 10 s
+    monkeypatch.setattr(transformers_model, "clock", lambda: next(readings))
+    items = [([5 + i, 6, 7], list(range(10, 10 + 20 + i % 13))) for i in range(24)]  # 700 tokens
+    seen = []
+    original = transformers_model._token_nlls
+
+    def recorded(model, batch, *args, **kwargs):
+        seen.append(sum(len(item.input_ids) for item in batch))
+        return original(model, batch, *args, **kwargs)
+
+    monkeypatch.setattr(transformers_model, "_token_nlls", recorded)
+    backend = TransformersBackend(model, tokenizer)
+    scores = backend.score(items)
+    assert backend.measured_choices()["max_batch_tokens"] == 128
+    assert len(seen) > 4 and max(seen[4:]) <= 128 < max(seen[:4])  # four timed batches, then the job's
+    assert_exact([score.nll for score in scores],
+                 lambda m: [naive_nll(m, c, t, tokenizer.bos_token_id)[0] for c, t in items], model)
+    resumed = TransformersBackend(model, tokenizer)
+    resumed.reuse_measured_choices(backend.measured_choices())
+    seen.clear()
+    resumed.score(items)  # no clock left to read: nothing is timed again
+    assert max(seen) <= 128 and resumed.measured_choices()["max_batch_tokens"] == 128

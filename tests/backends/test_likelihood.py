@@ -278,7 +278,8 @@ def test_packing_lays_items_end_to_end_with_restarting_positions_and_no_mask(mod
 def test_packing_is_the_default_for_flash_attention_models(model, tokenizer, monkeypatch):
     layouts = []
     monkeypatch.setattr(transformers_model, "_score_batch",
-                        lambda model, batch, pad_id, packed: layouts.append(packed) or [(item, 0.0) for item in batch])
+                        lambda model, batch, pad_id, packed, body=None:
+                        layouts.append(packed) or [(item, 0.0) for item in batch])
     items = encode(tokenizer, TEXTS[:2])
     score_continuations(model, tokenizer, items)
     monkeypatch.setattr(model.config, "_attn_implementation", "flash_attention_2")

@@ -17,8 +17,10 @@ batch size, order or padding beyond float rounding.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -36,6 +38,14 @@ from hf_adapters.backends.transformers.batching import (
     batch_limits,
     device_token_budget,
     free_memory,
+)
+from hf_adapters.backends.transformers.budget_measurement import candidate_budgets, fastest_budget, measure_budgets
+from hf_adapters.backends.transformers.compilation import (
+    compile_pays,
+    compile_seconds,
+    compile_setting,
+    compiled,
+    num_layers,
 )
 from hf_adapters.backends.transformers.cpu_kernels import (
     check_cpu_dtype,
@@ -58,6 +68,9 @@ from hf_adapters.core.likelihood import (
 from hf_adapters.core.options import check_batch_size, check_max_length
 
 logger = logging.getLogger(__name__)
+
+#: The clock that times batches (tests give their own).
+clock = time.perf_counter
 
 #: On the CPU, a chunk's float32 logits are kept within this many bytes, so that the log-softmax
 #: reads them from cache, not memory (128 positions of a 49,152-token vocabulary).
@@ -128,13 +141,14 @@ def _packed_inputs(sequences: list[list[int]]) -> tuple[dict[str, torch.Tensor |
 
 @torch.inference_mode()
 def _token_nlls(model: PreTrainedModel, batch: list[PreparedItem], pad_id: int, packed: bool,
-                entropies: bool = False, greedy: bool = False
+                entropies: bool = False, greedy: bool = False, body: Callable | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """The NLL of every scored token of a batch (float64), the index of the unit (an item of
     the batch or one of its guests, in the order of ``units``) each belongs to, with
     ``entropies`` the entropy of the prediction at each scored token (float64; else None), from the
-    same log-softmax as the NLL, and with ``greedy`` whether each is the most likely token (else None)."""
-    body, head = model.base_model, model.get_output_embeddings()
+    same log-softmax as the NLL, and with ``greedy`` whether each is the most likely token (else None).
+    ``body`` runs the model's body (default: the model's own; a compiled one where scoring is compiled)."""
+    body, head = model.base_model if body is None else body, model.get_output_embeddings()
     postprocess = _logit_postprocessor(model)
     device = head.weight.device
     limit = model_max_length(model)
@@ -184,20 +198,20 @@ def _units(batch: list[PreparedItem]) -> list[PreparedItem]:
 
 
 def _score_batch(model: PreTrainedModel, batch: list[PreparedItem], pad_id: int,
-                 packed: bool) -> list[tuple[PreparedItem, float]]:
+                 packed: bool, body: Callable | None = None) -> list[tuple[PreparedItem, float]]:
     """Each unit (the batch's items and their guests) with its total NLL."""
     units = _units(batch)
-    items, token_nll, _, _ = _token_nlls(model, batch, pad_id, packed)
+    items, token_nll, _, _ = _token_nlls(model, batch, pad_id, packed, body=body)
     return list(zip(units, _sums(items, token_nll, len(units)), strict=True))
 
 
 def _score_batch_with_tokens(model: PreTrainedModel, batch: list[PreparedItem], pad_id: int, packed: bool,
-                             entropies: bool = False, greedy: bool = False
+                             entropies: bool = False, greedy: bool = False, body: Callable | None = None
                              ) -> list[tuple[PreparedItem, float, tuple[float, ...], tuple[float, ...] | None,
                                              bool | None]]:
     """Each unit with its total NLL, the NLL of each of its scored tokens, with ``entropies`` the
     entropy at each (else None) and with ``greedy`` whether all are the most likely tokens (else None)."""
-    items, token_nll, token_entropy, token_top = _token_nlls(model, batch, pad_id, packed, entropies, greedy)
+    items, token_nll, token_entropy, token_top = _token_nlls(model, batch, pad_id, packed, entropies, greedy, body)
     per_token = token_nll.tolist()
     per_token_entropy = None if token_entropy is None else token_entropy.tolist()
     per_token_top = None if token_top is None else token_top.tolist()
@@ -219,11 +233,17 @@ class TransformersBackend(LikelihoodBackend):
     joins a batch only if padding it adds at most ``max_padding`` of the batch's length (1.0: any
     padding). Each defaults to the device's (:func:`~hf_adapters.backends.transformers.batching.batch_limits`):
     on the CPU, where batching pays only for short sequences, 16 items, 2048 tokens and 10% padding;
-    on an accelerator no item count, any padding, and a token budget chosen once from the device's
-    free memory and the model's shape (at most 65,536 tokens; :meth:`measured_choices` records it,
-    so that a resumed job batches as the first run did). With
+    on an accelerator no item count, any padding, and a token budget chosen once: bounded by the
+    device's free memory and the model's shape (at most 65,536 tokens), and where the first call
+    holds enough tokens, the fastest of a few budgets timed on its first batches
+    (:mod:`~hf_adapters.backends.transformers.budget_measurement`); :meth:`measured_choices` records
+    it, so that a resumed job batches as the first run did. With
     ``packing`` (default: when the model runs FlashAttention, whose varlen kernels need no mask)
     each batch is one row of items laid end to end, position ids restarting at each item.
+    ``compile`` (``"auto"``, ``"on"``, ``"off"``; default ``HF_ADAPTERS_COMPILE``, else ``"auto"``)
+    runs the body under ``torch.compile``; ``"auto"`` compiles on an accelerator where the job's
+    tokens (``job_tokens``, else those of the call) at the rate timed on its first batches repay the
+    compile time (:mod:`~hf_adapters.backends.transformers.compilation`), recorded with the job.
 
     Example:
         >>> from hf_adapters.backends import TransformersBackend
@@ -242,7 +262,8 @@ class TransformersBackend(LikelihoodBackend):
     def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, *,
                  batch_size: int | None = None, max_batch_tokens: int | None = None,
                  max_padding: float | None = None, packing: bool | None = None,
-                 source: tuple[str, Any, Any] | None = None):
+                 source: tuple[str, Any, Any] | None = None, compile: str | None = None):
+        compile_setting(compile)
         self.model = unwrap_model(model)
         self.tokenizer = tokenizer
         #: Rows per batch when :meth:`score` is given none (None: the device's, 16 on the CPU, none on an accelerator).
@@ -250,6 +271,14 @@ class TransformersBackend(LikelihoodBackend):
         self.max_batch_tokens, self.max_padding, self.packing = max_batch_tokens, max_padding, packing
         #: The token budget chosen on an accelerator, once (None: not yet, or on the CPU).
         self._planned_tokens: int | None = None
+        #: ``"auto"``, ``"on"`` or ``"off"`` (None: ``HF_ADAPTERS_COMPILE``'s); see the class docstring.
+        self.compile = compile
+        #: The tokens the whole job sends through the model, where the caller knows them (for ``compile="auto"``).
+        self.job_tokens: int | None = None
+        #: Whether ``"auto"`` compiles (None: not decided yet), and the eager batches timed to decide.
+        self._compile_choice: bool | None = None
+        self._timed: list[tuple[int, float]] = []
+        self._compiled_body: Callable | None = None
         #: (model id, dtype, device) when loaded by name: what :meth:`identity` describes.
         self.source = source
         self._identity: dict[str, Any] | None = None
@@ -281,27 +310,67 @@ class TransformersBackend(LikelihoodBackend):
 
     def measured_choices(self) -> dict[str, Any]:
         """The CPU kernels chosen for the model's float32 linear layers so far (:func:`linear_choices`),
-        and the token budget chosen from an accelerator's free memory (``max_batch_tokens``)."""
+        the token budget chosen on an accelerator (``max_batch_tokens``) and whether ``compile="auto"``
+        compiled the body (``compile``)."""
         choices = linear_choices(self.model)
         return {**({"cpu_linear": choices} if choices else {}),
-                **({"max_batch_tokens": self._planned_tokens} if self._planned_tokens else {})}
+                **({"max_batch_tokens": self._planned_tokens} if self._planned_tokens else {}),
+                **({"compile": self._compile_choice} if self._compile_choice is not None else {})}
 
     def reuse_measured_choices(self, choices: Mapping[str, Any]) -> None:
         reuse_linear_choices(self.model, choices.get("cpu_linear", {}))
         if isinstance(choices.get("max_batch_tokens"), int):
             self._planned_tokens = choices["max_batch_tokens"]
+        if isinstance(choices.get("compile"), bool):
+            self._compile_choice = choices["compile"]
+
+    def _device_type(self) -> str:
+        """The type of the device the model's output layer is on (``"cpu"``, ``"cuda"``...)."""
+        return self.model.get_output_embeddings().weight.device.type
+
+    def _compiles(self) -> bool | None:
+        """Whether batches run the compiled body: the setting where forced, else (``"auto"``) never on the
+        CPU, and on an accelerator the choice made (None: still timing eager batches)."""
+        setting = compile_setting(self.compile)
+        if setting != "auto":
+            return setting == "on"
+        return False if self._device_type() == "cpu" else self._compile_choice
+
+    def _body(self, compiles: bool | None) -> Callable | None:
+        """The compiled body where ``compiles``, built once (None: the model's own)."""
+        if not compiles:
+            return None
+        if self._compiled_body is None:
+            self._compiled_body = compiled(self.model.base_model)
+        return self._compiled_body
+
+    def _decide_compile(self, tokens: int, seconds: float, call_tokens: int) -> None:
+        """Time an eager batch of ``tokens`` tokens for ``compile="auto"``; from the second on (the first
+        warms the device up), decide whether the job's tokens repay the compile time."""
+        self._timed.append((tokens, seconds))
+        timed = self._timed[1:]
+        if not timed:
+            return
+        rate = sum(t for t, _ in timed) / max(sum(s for _, s in timed), 1e-9)
+        job = max(self.job_tokens or 0, call_tokens)
+        cost = compile_seconds(num_layers(self.model))
+        self._compile_choice = compile_pays(self._device_type(), job, rate, cost)
+        logger.info("Scoring %s: %d tokens at the measured %.0f tokens/s against about %.0f s to compile "
+                    "(set HF_ADAPTERS_COMPILE=on|off to choose).",
+                    "compiles the model" if self._compile_choice else "runs eagerly", job, rate, cost)
 
     def batch_limits(self, batch_size: int | None = None, packing: bool = False) -> BatchLimits:
         """What bounds a batch on the model's device: ``batch_size`` (else the backend's, else the
         device's), the backend's token budget (else the device's, chosen once from its free memory)
         and padding share (:func:`~hf_adapters.backends.transformers.batching.batch_limits`)."""
         device = self.model.get_output_embeddings().weight.device
+        device_type = self._device_type()
         tokens = self.max_batch_tokens
-        if tokens is None and device.type != "cpu":
+        if tokens is None and device_type != "cpu":
             if self._planned_tokens is None:
-                self._planned_tokens = device_token_budget(device.type, free_memory(device), ModelShape.of(self.model))
+                self._planned_tokens = device_token_budget(device_type, free_memory(device), ModelShape.of(self.model))
             tokens = self._planned_tokens
-        return batch_limits(device.type, batch_size=self.batch_size if batch_size is None else batch_size,
+        return batch_limits(device_type, batch_size=self.batch_size if batch_size is None else batch_size,
                             max_batch_tokens=tokens, max_padding=self.max_padding, packing=packing)
 
     def score(
@@ -330,20 +399,31 @@ class TransformersBackend(LikelihoodBackend):
                 results[item.index] = item.unscored(token_losses, entropies, greedy)
         scorable = host_prefixes(scorable, siblings=True)
         packing = uses_varlen_attention(model) if self.packing is None else self.packing
-        limits = self.batch_limits(batch_size, packing)
-        batches = make_batches([len(item.input_ids) for item in scorable], limits.rows, limits.tokens, limits.padding)
         pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else start_id
+        measurable = self.max_batch_tokens is None and self._planned_tokens is None and self._device_type() != "cpu"
+        limits = self.batch_limits(batch_size, packing)
+        if measurable:
+            self._choose_budget(scorable, limits, packing, pad_id)
+            limits = self.batch_limits(batch_size, packing)
+        batches = make_batches([len(item.input_ids) for item in scorable], limits.rows, limits.tokens, limits.padding)
         show = progress if progress is not None else len(batches) > 8
         check_cpu_dtype(model)
         device = model.get_output_embeddings().weight.device
+        call_tokens = sum(len(item.input_ids) for item in scorable)
         pending = batches[::-1]  # a stack: a batch split after running out of memory goes on top
         with tqdm(total=sum(len(unit.targets) for item in scorable for unit in item.units), desc=desc,
                   unit="tok", disable=not show) as bar, without_cudnn_attention(device):
             while pending:
                 indices = pending.pop()
                 batch = [scorable[i] for i in indices]
+                compiles = self._compiles()
                 try:
-                    scored = self._scored_units(batch, pad_id, packing, token_losses, entropies, greedy)
+                    started = clock() if compiles is None else 0.0  # timed only to decide on compiling
+                    scored = self._scored_units(batch, pad_id, packing, token_losses, entropies, greedy,
+                                                self._body(compiles))
+                    if compiles is None:
+                        self._decide_compile(sum(len(item.input_ids) for item in batch), clock() - started,
+                                             call_tokens)
                 except RuntimeError as error:
                     if len(batch) == 1 or not is_out_of_memory(error):
                         raise
@@ -361,19 +441,40 @@ class TransformersBackend(LikelihoodBackend):
                 pending += [indices[half:], indices[:half]]
         return results  # type: ignore[return-value]
 
+    def _choose_budget(self, scorable: list[PreparedItem], limits: BatchLimits, packing: bool, pad_id: int) -> None:
+        """Where the call holds at least the largest candidate budget's tokens, time the first batch of each
+        (:mod:`~hf_adapters.backends.transformers.budget_measurement`) and keep the fastest as the job's."""
+        lengths = [len(item.input_ids) for item in scorable]
+        candidates = candidate_budgets(limits.tokens)
+        if len(candidates) < 2 or sum(lengths) < candidates[-1]:
+            return
+
+        def run(indices: list[int]) -> None:
+            self._scored_units([scorable[i] for i in indices], pad_id, packing, False, False, False,
+                               self._body(self._compiles()))
+
+        rates = measure_budgets(run, lengths, candidates, limits.rows, limits.padding, clock, is_out_of_memory)
+        _free_cached_memory(self.model.get_output_embeddings().weight.device)
+        if rates:
+            self._planned_tokens = fastest_budget(rates)
+            logger.info("Token budget %d chosen by timing the first batches: %s tokens/s (budget: rate).",
+                        self._planned_tokens, ", ".join(f"{budget}: {rate:.0f}" for budget, rate in rates.items()))
+
     def _scored_units(self, batch: list[PreparedItem], pad_id: int, packing: bool, token_losses: bool,
-                     entropies: bool, greedy: bool) -> list[tuple[PreparedItem, ContinuationScore]]:
-        """Each unit of a batch (its items and their guests) with its score."""
+                     entropies: bool, greedy: bool, body: Callable | None = None
+                     ) -> list[tuple[PreparedItem, ContinuationScore]]:
+        """Each unit of a batch (its items and their guests) with its score; ``body``: a compiled body
+        (which picks its own kernels), else the model's, on the chosen CPU kernel."""
         model = self.model
         positions = len(batch) * max(len(item.input_ids) for item in batch)
-        with cpu_linear_kernel(model, positions):
+        with cpu_linear_kernel(model, positions) if body is None else contextlib.nullcontext():
             if token_losses or entropies or greedy:
                 return [(item, ContinuationScore(nll, len(losses), item.truncated, losses if token_losses else None,
                                                  item_entropies, item_greedy))
                         for item, nll, losses, item_entropies, item_greedy in _score_batch_with_tokens(
-                            model, batch, pad_id, packing, entropies, greedy)]
+                            model, batch, pad_id, packing, entropies, greedy, body)]
             return [(item, ContinuationScore(nll, len(item.targets), item.truncated))
-                    for item, nll in _score_batch(model, batch, pad_id, packing)]
+                    for item, nll in _score_batch(model, batch, pad_id, packing, body)]
 
     def generate(
         self,
