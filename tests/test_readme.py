@@ -64,6 +64,9 @@ def relative_links(page: Path) -> list:
 def test_readme_python_example_runs(page, code, monkeypatch, tmp_path, request):
     if "lm_eval" in code:
         request.getfixturevalue("lm_eval_tasks_indexed_once")
+    if "nemo_curator" in code:
+        pytest.importorskip("nemo_curator", reason="NeMo Curator's example runs in .venv-nemo (make nemo; make test)")
+        request.getfixturevalue("executors_ray")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.chdir(ROOT)
     exec(compile(code, page, "exec"), {"__name__": "readme_example"})
