@@ -107,46 +107,49 @@ vllm-quietly:
 
 bench: install
 	$(PY) -c "import lm_eval" 2>/dev/null || $(PY) -m pip install -q "$(LM_EVAL_SPEC)"
-	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE-1} $(PY) -m benchmarks.run --data ../shared/data/alpaca_cherry_5pct.json \
+	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE-1} $(PY) -m benchmarks.speed.run --data ../shared/data/alpaca_cherry_5pct.json \
 		--conversation-data ../shared/data/mtbench_gpt4_reference.jsonl \
-		--rolling-data ../shared/data/tinyshakespeare.txt --output benchmarks/RESULTS.md
-	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE-1} $(PY) -m benchmarks.scaleout --output benchmarks/SCALEOUT.md
-	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE-1} $(PY) -m benchmarks.ray_scale --output benchmarks/RAY_SCALE.md
-	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE-1} $(PY) -m benchmarks.ifeval_generation --limit 32 --max-new-tokens 256 \
-		--lm-eval-batch-size 16 --output benchmarks/IFEVAL_GENERATION.md
-	$(PY) -m benchmarks.diversity_scale --output benchmarks/DIVERSITY_SCALE.md
-	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE-1} $(PY) -m benchmarks.lm_eval_model --data ../shared/data/alpaca_cherry_5pct.json \
-		--rolling-data ../shared/data/tinyshakespeare.txt --output benchmarks/LM_EVAL.md
-	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE-1} $(PY) -m benchmarks.contention --data ../shared/data/alpaca_cherry_5pct.json \
-		--output benchmarks/CONTENTION.md
-	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE-1} $(PY) -m benchmarks.recipe --data ../shared/data/alpaca_cherry_5pct.json \
-		--limit 200 --output benchmarks/RECIPE.md
+		--rolling-data ../shared/data/tinyshakespeare.txt --output benchmarks/speed/RESULTS.md
+	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE-1} $(PY) -m benchmarks.scale.scaleout --output benchmarks/scale/SCALEOUT.md
+	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE-1} $(PY) -m benchmarks.scale.ray_scale --output benchmarks/scale/RAY_SCALE.md
+	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE-1} $(PY) -m benchmarks.speed.ifeval_generation --limit 32 --max-new-tokens 256 \
+		--lm-eval-batch-size 16 --output benchmarks/speed/IFEVAL_GENERATION.md
+	$(PY) -m benchmarks.scale.diversity_scale --output benchmarks/scale/DIVERSITY_SCALE.md
+	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE-1} $(PY) -m benchmarks.peers.lm_eval_model \
+		--data ../shared/data/alpaca_cherry_5pct.json --rolling-data ../shared/data/tinyshakespeare.txt \
+		--output benchmarks/peers/LM_EVAL.md
+	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE-1} $(PY) -m benchmarks.speed.contention \
+		--data ../shared/data/alpaca_cherry_5pct.json --output benchmarks/speed/CONTENTION.md
+	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE-1} $(PY) -m benchmarks.speed.recipe --data ../shared/data/alpaca_cherry_5pct.json \
+		--limit 200 --output benchmarks/speed/RECIPE.md
 	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE-1} HF_ADAPTERS_CPU_LINEAR=$${HF_ADAPTERS_CPU_LINEAR-onednn} \
-		$(PY) -m benchmarks.score_sets --data ../shared/data/alpaca_cherry_5pct.json \
-		--limit 256 --output benchmarks/SCORE_SETS.md
+		$(PY) -m benchmarks.speed.score_sets --data ../shared/data/alpaca_cherry_5pct.json \
+		--limit 256 --output benchmarks/speed/SCORE_SETS.md
 	$(MAKE) vllm
-	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE-1} OMP_WAIT_POLICY=$${OMP_WAIT_POLICY-PASSIVE} $(VLLM_PY) -m benchmarks.vllm_backend \
+	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE-1} OMP_WAIT_POLICY=$${OMP_WAIT_POLICY-PASSIVE} \
+		$(VLLM_PY) -m benchmarks.speed.vllm_backend \
 		--data ../shared/data/alpaca_cherry_5pct.json --conversation-data ../shared/data/mtbench_gpt4_reference.jsonl \
-		--limit 64 --conversations 8 --output benchmarks/VLLM.md
+		--limit 64 --conversations 8 --output benchmarks/speed/VLLM.md
 
 # Our IFD and perplexity conventions, and the judgment scores, against the peers' own scripts. PEERS holds
-# checkouts of Cherry_LLM, Superfiltering, OpenDataArena-Tool and deita (how to get them: benchmarks/peers.py
-# and benchmarks/judgment_peers.py); they are read from there, never copied into this repository.
+# checkouts of Cherry_LLM, Superfiltering, OpenDataArena-Tool and deita (how to get them:
+# benchmarks/peers/ifd_conventions.py and benchmarks/peers/judgment_peers.py); they are read from there, never
+# copied into this repository.
 PEERS ?= ../peers
 bench-peers: install
-	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE-1} $(PY) -m benchmarks.peers --peers $(PEERS) \
-		--data ../shared/data/alpaca_cherry_5pct.json --output benchmarks/PEERS.md
-	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE-1} $(PY) -m benchmarks.judgment_peers --peers $(PEERS) \
-		--data ../shared/data/alpaca_cherry_5pct.json --limit 32 --output benchmarks/JUDGMENT_PEERS.md
+	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE-1} $(PY) -m benchmarks.peers.ifd_conventions --peers $(PEERS) \
+		--data ../shared/data/alpaca_cherry_5pct.json --output benchmarks/peers/IFD_CONVENTIONS.md
+	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE-1} $(PY) -m benchmarks.peers.judgment_peers --peers $(PEERS) \
+		--data ../shared/data/alpaca_cherry_5pct.json --limit 32 --output benchmarks/peers/JUDGMENT_PEERS.md
 
 # The diversity rules against DEITA's filter, Superfiltering-D's do_fla.py and apricot: PEERS holds
 # checkouts of deita and Superfiltering, PEER_PYTHON a Python with apricot-select and submodlib-py
-# (how to get them: benchmarks/diversity_peers.py).
+# (how to get them: benchmarks/peers/diversity_peers.py).
 PEER_PYTHON ?= ../peer-venv/bin/python
 bench-diversity-peers: install
-	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE-1} $(PY) -m benchmarks.diversity_peers --peers $(PEERS) \
+	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE-1} $(PY) -m benchmarks.peers.diversity_peers --peers $(PEERS) \
 		--peer-python $(PEER_PYTHON) --data ../shared/data/alpaca_cherry_5pct.json \
-		--output benchmarks/DIVERSITY_PEERS.md
+		--output benchmarks/peers/DIVERSITY_PEERS.md
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) $(NEMO_VENV) out build *.egg-info

@@ -1,1 +1,2 @@
-"""The benchmark suite: ``python -m benchmarks.run`` (``make bench``) and its pieces, run from the repository root."""
+"""The benchmark suite, one subpackage per question (see README.md): ``python -m benchmarks.speed.run``
+(``make bench``) and the others, run from the repository root."""

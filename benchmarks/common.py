@@ -1,7 +1,7 @@
 """What the benchmark scripts share: the rows they read, how they time, compare and name the machine.
 
 The scripts are modules of this package: run them from the repository root as
-``python -m benchmarks.run`` (``make bench``), ``python -m benchmarks.exactness`` and so on.
+``python -m benchmarks.speed.run`` (``make bench``), ``python -m benchmarks.exactness.scores`` and so on.
 """
 
 from __future__ import annotations

@@ -148,8 +148,9 @@ def naive_nll(model, context: Sequence[int], continuation: Sequence[int], start_
 #: The exactness criterion's floor, relative to the float64 value. Where the naive float32 result happens
 #: to land near the float64 one, 2 x their distance says little about float32's rounding, so the criterion
 #: allows this much besides: the rounding float32 shows on the real model whatever the order of its sums.
-#: Measured by `python benchmarks/exactness.py --data ../shared/data/alpaca_cherry_5pct.json --limit 32`
-#: (benchmarks/EXACTNESS.md: SmolLM2-135M, 30 layers, 32 records, both CPU kernels, AVX2-only AMD EPYC):
+#: Measured by `.venv/bin/python -m benchmarks.exactness.scores --data ../shared/data/alpaca_cherry_5pct.json
+#: --limit 32` (benchmarks/exactness/SCORES.md: SmolLM2-135M, 30 layers, 32 records, both CPU kernels,
+#: AVX2-only AMD EPYC):
 #: float32 perplexities, naive or batched, were at most 1.8e-5 of the value from float64 (median 1.4e-5),
 #: IFDs at most 7e-6. 2e-5 is that maximum rounded up: about 170 float32 epsilons, a thousand times below
 #: bfloat16's drift (about 1e-2), and far below what a wrong token, mask or position changes.

@@ -1,13 +1,16 @@
 """The benchmark's pieces on the tiny model: its competitors compute our definitions, its FLOP count
 is the documented formula, and one whole run writes the Markdown report."""
 
+import importlib.util
 import json
 import math
+import re
+from pathlib import Path
 
 import pytest
 import torch
 
-from benchmarks import common, run
+from benchmarks import common
 from benchmarks.flops import ModelShape, WorkMeter, attention_peak, matmul_peak, useful_flops
 from benchmarks.references import (
     ScoredSequence,
@@ -15,10 +18,14 @@ from benchmarks.references import (
     one_at_a_time_perplexity,
     pad_to_longest_perplexity,
 )
+from benchmarks.speed import run
 from hf_adapters.backends import score_continuations
 from hf_adapters.formulas.ifd import DEFAULT_TEMPLATE, DEFAULT_TEMPLATE_NO_INPUT, compute_ifd
 from hf_adapters.formulas.perplexity import compute_perplexity
 from tests.conftest import assert_exact
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCHMARKS = ROOT / "benchmarks"
 
 TEXTS = [
     "The quick brown fox jumps over the lazy dog.",
@@ -157,7 +164,7 @@ def test_whole_run_writes_the_markdown_report_naming_machine_kernels_and_targets
               "--limit", "4", "--perplexity-limit", "3", "--parity-ids", "2", "--output", str(output)])
     report = output.read_text(encoding="utf-8")
     assert report.strip() == capsys.readouterr().out.strip()
-    assert "- Command: `python -m benchmarks.run --data" in report and "- Machine:" in report
+    assert "- Command: `python -m benchmarks.speed.run --data" in report and "- Machine:" in report
     assert "- Processor flags: avx2 " in report and f"native bfloat16: {'yes' if native_bfloat16 else 'no'}" in report
     assert "default BLAS 1.0 GFLOP/s" in report and "bfloat16 (default kernel) 1.0 GFLOP/s" in report
     assert "- Float32 linear kernel: **" in report
@@ -212,7 +219,7 @@ def test_lm_eval_rolling_gives_our_numbers_when_installed(model, tokenizer):
 def test_peer_scripts_get_the_loaded_model_from_from_pretrained_and_the_names_come_back(model, tokenizer):
     import transformers
 
-    from benchmarks.peers import preloaded
+    from benchmarks.peers.ifd_conventions import preloaded
 
     original = transformers.AutoTokenizer
     with preloaded(model, tokenizer):
@@ -224,7 +231,7 @@ def test_peer_scripts_get_the_loaded_model_from_from_pretrained_and_the_names_co
 
 
 def test_peer_selections_are_matched_to_rows_by_content():
-    from benchmarks.peers import row_indices, selection_verdict
+    from benchmarks.peers.ifd_conventions import row_indices, selection_verdict
 
     records = [{"instruction": str(i), "input": "", "output": "x"} for i in range(4)]
     selected = [{**records[3], "ifd_ppl": 0.5}, records[1]]
@@ -234,36 +241,38 @@ def test_peer_selections_are_matched_to_rows_by_content():
 
 
 def test_the_gpu_benchmark_counts_useful_flops_and_alpaca_lengths(tmp_path):
-    from benchmarks import gpu
+    from benchmarks.gpu import llama_shapes
 
-    model = gpu.build_llama("tiny", torch.device("cpu"), torch.bfloat16, seed=0)
+    model = llama_shapes.build_llama("tiny", torch.device("cpu"), torch.bfloat16, seed=0)
     assert model.dtype == torch.bfloat16 and model.config._attn_implementation == "sdpa"
     layer = 2 * 64 * 64 + 2 * 64 * 32 + 3 * 64 * 128 + 2 * 64  # q, o; k, v (2 of 4 heads); the MLP; two norms
-    assert gpu.body_parameters(model) == 2 * layer + 64
+    assert llama_shapes.body_parameters(model) == 2 * layer + 64
     # 5 tokens, 2 scored: every token through the body, causal attention, the output layer at the scored two.
-    expected = 2 * gpu.body_parameters(model) * 5 + 4 * 2 * 64 * (5 * 6 / 2) + 2 * 64 * 4096 * 2
-    assert gpu.useful_scoring_flops(model, [([1, 5, 6], [7, 8])], start_id=1) == expected
-    assert gpu.PIECES.findall("Hello, world! 1234 don't") == ["Hello", ",", " world", "!", " ", "123", "4", " don",
-                                                             "'t"]
+    expected = 2 * llama_shapes.body_parameters(model) * 5 + 4 * 2 * 64 * (5 * 6 / 2) + 2 * 64 * 4096 * 2
+    assert llama_shapes.useful_scoring_flops(model, [([1, 5, 6], [7, 8])], start_id=1) == expected
+    assert llama_shapes.PIECES.findall("Hello, world! 1234 don't") == ["Hello", ",", " world", "!", " ", "123", "4",
+                                                                      " don", "'t"]
     alpaca = tmp_path / "alpaca.json"
     alpaca.write_text(json.dumps([{"instruction": "Say hi.", "input": "", "output": "Hi there!"}]))
-    [(prompt, output)], source = gpu.alpaca_lengths(str(alpaca))
-    assert source == str(alpaca) and output == 3 and prompt == 1 + gpu.pieces(
-        gpu.DEFAULT_TEMPLATE_NO_INPUT.format(instruction="Say hi."))
-    assert gpu.alpaca_lengths(str(tmp_path / "missing.json"))[0] is None
+    [(prompt, output)], source = llama_shapes.alpaca_lengths(str(alpaca))
+    assert source == str(alpaca) and output == 3 and prompt == 1 + llama_shapes.pieces(
+        DEFAULT_TEMPLATE_NO_INPUT.format(instruction="Say hi."))
+    assert llama_shapes.alpaca_lengths(str(tmp_path / "missing.json"))[0] is None
 
 
 def test_the_gpu_benchmarks_llama_section_runs_on_the_cpu_and_writes_its_tables(tmp_path):
-    from benchmarks import gpu
+    from benchmarks.gpu.llama_sections import llama_sections
+    from benchmarks.gpu.report import Report
+    from benchmarks.gpu.run import parse_args
 
     records = [{"instruction": "Write a short poem about the sea.", "input": "The sea" if i % 2 else "",
                 "output": "Waves. " * (1 + i)} for i in range(3)]
     alpaca = tmp_path / "alpaca.json"
     alpaca.write_text(json.dumps(records))
-    args = gpu.parse_args(["--device", "cpu", "--quick", "--shapes", "tiny", "--alpaca", str(alpaca), "--long-length",
-                           "16", "--sweep", "4096", "--warm-up", "1", "--generation-prompts", "2",
-                           "--generation-new-tokens", "2"])
-    gpu.llama_sections(args, args.shapes, torch.device("cpu"), gpu.Report(str(tmp_path / "gpu.md")), 0.0)
+    args = parse_args(["--device", "cpu", "--quick", "--shapes", "tiny", "--alpaca", str(alpaca), "--long-length",
+                       "16", "--sweep", "4096", "--warm-up", "1", "--generation-prompts", "2",
+                       "--generation-new-tokens", "2"])
+    llama_sections(args, args.shapes, torch.device("cpu"), Report(str(tmp_path / "gpu.md")), 0.0)
     text = (tmp_path / "gpu.md").read_text()
     for expected in ("### TINY, 3 Alpaca rows", "| defaults | 2,048 tokens (chosen), no row count |",
                      "| 4,096-token budget |", "| plain loop |", "### TINY, 4 rows of 16 tokens",
@@ -273,16 +282,49 @@ def test_the_gpu_benchmarks_llama_section_runs_on_the_cpu_and_writes_its_tables(
 
 def test_the_contention_pairs_swap_which_checkout_runs_first_every_round():
     """A load that rises during the run must not favour the checkout that always runs first."""
-    from benchmarks.contention import pair_orders
+    from benchmarks.speed.contention import pair_orders
 
     assert pair_orders(4) == [(0, 1), (1, 0), (0, 1), (1, 0)]
 
 
 def test_the_contention_section_against_a_commit_replaces_only_itself_in_the_report():
-    from benchmarks.contention import AGAINST_HEADING, replace_section
+    from benchmarks.speed.contention import AGAINST_HEADING, replace_section
 
     policies = "# Scoring beside busy processes\n\n| policy table |\n"
     first = replace_section(policies, f"{AGAINST_HEADING}\n\nold numbers")
     assert first == f"{policies}\n{AGAINST_HEADING}\n\nold numbers\n"
     second = replace_section(first, f"{AGAINST_HEADING}\n\nnew numbers")
     assert second == f"{policies}\n{AGAINST_HEADING}\n\nnew numbers\n"
+
+
+def benchmark_commands() -> list[tuple[str, str, str]]:
+    """``(where, module, output)`` of each ``-m benchmarks....`` command of the Makefile, the pages, the
+    benchmarks' docstrings and reports (a line ending in a backslash joined to the next); output "" if none."""
+    sources = [ROOT / "Makefile", ROOT / "README.md", *(ROOT / "docs").rglob("*.md"), *BENCHMARKS.rglob("*.py"),
+               *BENCHMARKS.rglob("*.md")]
+    commands = []
+    for path in sources:
+        text = re.sub(r"\\+\n\s*", " ", path.read_text(encoding="utf-8"))
+        for line in text.splitlines():
+            for match in re.finditer(r"-m (benchmarks\.[\w.]+)([^`\n]*)", line):
+                output = re.search(r"--output (\S+)", match.group(2))
+                commands.append((path.relative_to(ROOT).as_posix(), match.group(1), output.group(1) if output else ""))
+    return commands
+
+
+def test_every_benchmark_command_names_a_module_that_exists_and_writes_beside_it():
+    commands = benchmark_commands()
+    assert len({module for _, module, _ in commands}) >= 20
+    specs = {module: importlib.util.find_spec(module) for _, module, _ in commands}
+    assert not [f"{where}: {module}" for where, module, _ in commands if specs[module] is None]
+    elsewhere = [f"{where}: {module} --output {output}" for where, module, output in commands
+                 if output.startswith("benchmarks/") and (ROOT / output).parent != Path(specs[module].origin).parent]
+    assert not elsewhere, elsewhere
+
+
+def test_the_benchmarks_readme_names_every_script_and_result_of_the_subpackages():
+    readme = (BENCHMARKS / "README.md").read_text(encoding="utf-8")
+    files = [path for path in BENCHMARKS.glob("*/*") if path.suffix in (".py", ".md") and path.name != "__init__.py"]
+    assert files and not [path.name for path in files if f"`{path.name}`" not in readme]
+    subpackages = {path.parent.name for path in files}
+    assert all(f"## `{name}/`" in readme for name in subpackages), subpackages

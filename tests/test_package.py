@@ -41,7 +41,7 @@ def imported_modules(path: Path) -> set[str]:
 
 
 def test_only_the_entry_point_imports_the_command_line_package():
-    files = [*PACKAGE.rglob("*.py"), *(PACKAGE.parent / "benchmarks").glob("*.py")]
+    files = [*PACKAGE.rglob("*.py"), *(PACKAGE.parent / "benchmarks").rglob("*.py")]
     importers = [path.relative_to(PACKAGE.parent).as_posix() for path in files
                  if "cli" not in path.relative_to(PACKAGE.parent).parts
                  and any(name.startswith("hf_adapters.cli") for name in imported_modules(path))]

@@ -6,7 +6,7 @@ Ray workers beside each other) the thread it waits for is often descheduled, and
 burns the time slice that thread needed: measured on 2 cores with 4 busy processes beside it,
 scoring took 6.5 times as long as on the quiet machine with spinning and 3.2 times with passive
 waiting, against a fair share of 3; on the quiet machine the two took the same time
-(``benchmarks/contention.py``, README "Performance"). libgomp reads the policy when it is loaded,
+(``benchmarks/speed/contention.py``, README "Performance"). libgomp reads the policy when it is loaded,
 so it is set before torch is imported, and only where the user has not set it.
 """
 

@@ -229,7 +229,7 @@ def test_the_demo_prints_an_excess_loss_example(model_dir, capsys):
 
 
 def test_the_benchmarks_one_at_a_time_reference_gives_our_excess_losses(model, tokenizer):
-    from benchmarks.excess_loss import noisy_copy, one_at_a_time_excess
+    from benchmarks.speed.excess_loss import noisy_copy, one_at_a_time_excess
 
     reference = noisy_copy(model)
     assert not torch.equal(reference.model.embed_tokens.weight, model.model.embed_tokens.weight)

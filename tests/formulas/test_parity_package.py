@@ -41,7 +41,7 @@ def test_package_divides_by_zero_on_empty_text_where_we_give_nan(model, tokenize
 
 
 def test_benchmark_rows_compute_the_same_means_as_the_package(model, tokenizer):
-    from benchmarks.parity_vs_package import run_core_one_at_a_time, run_package
+    from benchmarks.peers.parity_vs_package import run_core_one_at_a_time, run_package
 
     grouped = {"eng": dict(enumerate(REFERENCES)), "xx": dict(enumerate(PREDICTIONS)), "yy": {0: PREDICTIONS[0]}}
     package_means = run_package(model, tokenizer, grouped, "eng")

@@ -14,7 +14,7 @@ Why a check is needed, and what it costs. Batched float32 logits are not bit-ide
 the prompt run alone: PyTorch's CPU matrix products sum in another order for one row (decoding a
 single prompt) than for several (a batch), and attention over left padding shifts the keys against
 the vector lanes. The differences are in the last bits (at most 1e-4 on SmolLM2-135M's logits,
-measured in ``benchmarks/GENERATION_EXACTNESS.md``), but where the best two logits are closer than
+measured in ``benchmarks/exactness/GENERATION_EXACTNESS.md``), but where the best two logits are closer than
 that, the argmax can flip, and the rest of the response differs. No batching avoids it: even
 batching only prompts of equal length leaves the matrix products of a batch. So every step checks
 each row's margin, the best logit minus the second: where it is below ``tie_margin`` the row's

@@ -2,7 +2,7 @@
 
 Rows are visited best first; a row is kept if the cosine similarity of its embedding to every row
 kept so far is at most ``threshold`` (DEITA: 0.9), until ``budget`` rows are kept. DEITA's filter
-with its default one row per step keeps exactly these rows (``benchmarks/diversity_peers.py``).
+with its default one row per step keeps exactly these rows (``benchmarks/peers/diversity_peers.py``).
 
 Candidates are compared a block at a time: one float32 product against the rows kept before the
 block, then each candidate against the rows kept earlier in its block. A similarity within
