@@ -54,6 +54,7 @@ from hf_adapters.backends.transformers.cpu_kernels import (
     reuse_linear_choices,
 )
 from hf_adapters.backends.transformers.embedding import fit_sequences, pooled_states
+from hf_adapters.backends.transformers.fused_kernels import apply_fused_kernels, fused_kernels_setting
 from hf_adapters.backends.transformers.generation import greedy_generate
 from hf_adapters.backends.transformers.model_properties import model_max_length, unwrap_model
 from hf_adapters.backends.transformers.output_layer import chunk_entropies, chunk_nlls
@@ -244,6 +245,9 @@ class TransformersBackend(LikelihoodBackend):
     runs the body under ``torch.compile``; ``"auto"`` compiles on an accelerator where the job's
     tokens (``job_tokens``, else those of the call) at the rate timed on its first batches repay the
     compile time (:mod:`~hf_adapters.backends.transformers.compilation`), recorded with the job.
+    ``fused_kernels`` (likewise, default ``HF_ADAPTERS_FUSED_KERNELS``) fuses the body's norms, RoPE
+    and gated MLP with Liger's kernels where installed, on CUDA in bfloat16/float16
+    (:mod:`~hf_adapters.backends.transformers.fused_kernels`).
 
     Example:
         >>> from hf_adapters.backends import TransformersBackend
@@ -262,8 +266,10 @@ class TransformersBackend(LikelihoodBackend):
     def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, *,
                  batch_size: int | None = None, max_batch_tokens: int | None = None,
                  max_padding: float | None = None, packing: bool | None = None,
-                 source: tuple[str, Any, Any] | None = None, compile: str | None = None):
+                 source: tuple[str, Any, Any] | None = None, compile: str | None = None,
+                 fused_kernels: str | None = None):
         compile_setting(compile)
+        fused_kernels_setting(fused_kernels)
         self.model = unwrap_model(model)
         self.tokenizer = tokenizer
         #: Rows per batch when :meth:`score` is given none (None: the device's, 16 on the CPU, none on an accelerator).
@@ -279,6 +285,9 @@ class TransformersBackend(LikelihoodBackend):
         self._compile_choice: bool | None = None
         self._timed: list[tuple[int, float]] = []
         self._compiled_body: Callable | None = None
+        #: ``"auto"``, ``"on"`` or ``"off"`` (None: ``HF_ADAPTERS_FUSED_KERNELS``'s), and whether they were applied.
+        self.fused_kernels = fused_kernels
+        self._fused: bool | None = None
         #: (model id, dtype, device) when loaded by name: what :meth:`identity` describes.
         self.source = source
         self._identity: dict[str, Any] | None = None
@@ -334,7 +343,7 @@ class TransformersBackend(LikelihoodBackend):
         setting = compile_setting(self.compile)
         if setting != "auto":
             return setting == "on"
-        return False if self._device_type() == "cpu" else self._compile_choice
+        return False if self._device_type() == "cpu" or self._fused else self._compile_choice
 
     def _body(self, compiles: bool | None) -> Callable | None:
         """The compiled body where ``compiles``, built once (None: the model's own)."""
@@ -400,6 +409,8 @@ class TransformersBackend(LikelihoodBackend):
         scorable = host_prefixes(scorable, siblings=True)
         packing = uses_varlen_attention(model) if self.packing is None else self.packing
         pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else start_id
+        if self._fused is None:
+            self._fused = apply_fused_kernels(model, fused_kernels_setting(self.fused_kernels))
         measurable = self.max_batch_tokens is None and self._planned_tokens is None and self._device_type() != "cpu"
         limits = self.batch_limits(batch_size, packing)
         if measurable:
