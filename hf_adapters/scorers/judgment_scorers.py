@@ -11,6 +11,7 @@ from dataclasses import replace
 from typing import Any, ClassVar
 
 from hf_adapters.backends import LikelihoodBackend, RewardModelBackend
+from hf_adapters.backends.transformers.reward_model import refuse_remote_code
 from hf_adapters.formulas.ask_llm import AskLlmOptions, score_ask_llm
 from hf_adapters.formulas.deita import DeitaOptions, score_deita
 from hf_adapters.formulas.reward import RewardOptions, score_reward
@@ -162,12 +163,15 @@ class RewardModelScorer(InstructionRowScorer):
 
     def load(self) -> LikelihoodBackend:
         """The reward model: the caller's backend, one around the caller's model, else ``model`` loaded by
-        the ``reward-model`` backend."""
+        the ``reward-model`` backend (or the one named, such as ``vllm``), a model that needs its own code
+        refused whichever backend would load it."""
         if self._backend is None:
             if self.run.model is not None:
                 self._backend = RewardModelBackend(self.run.model, self.run.tokenizer)
             else:
                 backend = self.run.backend if self.run.backend is not None else RewardModelBackend.name
+                if isinstance(backend, str):
+                    refuse_remote_code(self.run.model_id)
                 self._backend = replace(self.run, backend=backend).load()
         return self._backend
 

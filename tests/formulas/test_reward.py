@@ -90,6 +90,21 @@ def test_a_reward_model_that_needs_its_own_code_is_refused_naming_it(reward_dir,
         RewardModelBackend.from_pretrained(str(folder))
 
 
+@pytest.mark.parametrize("backend", ["reward-model", "vllm"])
+def test_a_reward_model_that_needs_its_own_code_is_refused_whichever_backend_loads_it(reward_dir, tmp_path, backend):
+    """vLLM would read such a model with its own class of the declared architecture, whatever the model's code."""
+    folder = tmp_path / "custom-rm"
+    folder.mkdir()
+    for file in Path(reward_dir).iterdir():
+        (folder / file.name).write_bytes(file.read_bytes())
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    config["auto_map"] = {"AutoModelForSequenceClassification": "modeling_custom.CustomForSequenceClassification"}
+    (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    scorer = build_scorer({"name": "RewardModelScorer", "model": str(folder), "backend": backend})
+    with pytest.raises(RewardModelError, match="LlamaForSequenceClassification.*needs its own code"):
+        scorer.score_rows(RECORDS[:1])
+
+
 def test_a_causal_lm_is_not_a_reward_model_and_a_likelihood_backend_computes_no_rewards(model, tokenizer):
     with pytest.raises(RewardModelError, match="no linear `score` head"):
         RewardModelBackend(model, tokenizer)
