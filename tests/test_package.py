@@ -140,6 +140,24 @@ def test_no_import_circle_even_through_function_level_imports():
     assert circles == []
 
 
+def engine_of(module: str) -> str | None:
+    """The engine a module of ``engines/`` belongs to (``local.py`` and ``local_*.py`` the local engine's,
+    ``ray.py`` and ``ray_*.py`` the Ray engine's); None for what every engine shares."""
+    name = module.rpartition(".")[2]
+    return next((engine for engine in ("local", "ray") if name == engine or name.startswith(f"{engine}_")), None)
+
+
+def test_no_engine_imports_another_engine_and_what_they_share_imports_none():
+    """What both engines need (scoring a chunk, the work folder, the conflict error) lives below them; only
+    the registry (``engines/__init__.py``) imports the engines themselves."""
+    graph = module_imports(package_modules())
+    engines = "hf_adapters.engines."
+    crossing = sorted(f"{source} -> {target}" for source, targets in graph.items() if source.startswith(engines)
+                      for target in targets
+                      if target.startswith(engines) and engine_of(target) not in (None, engine_of(source)))
+    assert crossing == []
+
+
 def test_the_top_level_holds_packages_and_a_handful_of_modules():
     modules = sorted(path.name for path in PACKAGE.glob("*.py"))
     assert modules == ["__init__.py", "__main__.py", "_moved.py"]

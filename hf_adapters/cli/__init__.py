@@ -23,18 +23,14 @@ from contextlib import contextmanager, redirect_stdout
 from types import FrameType
 from typing import Any
 
+from hf_adapters.cli.exit_status import BROKEN_PIPE, INTERRUPTED, TERMINATED
+
 logger = logging.getLogger(__name__)
 
 #: The subcommands' modules, in this package.
 SUBCOMMANDS = ("compare_command", "demo_command", "embed_command", "estimate_command", "ifeval_command",
                "lm_eval_command", "parity_command", "perplexity_command", "score_command", "select_command",
                "summary_command")
-#: The exit status of a command stopped by Ctrl-C (128 + SIGINT), as a shell gives it.
-INTERRUPTED = 130
-#: The exit status of a command stopped by SIGTERM (128 + SIGTERM), as a shell gives it.
-TERMINATED = 143
-#: The exit status of a command whose output's reader stopped reading (128 + SIGPIPE), as a shell gives it.
-BROKEN_PIPE = 141
 #: What a Ctrl-C before the command itself has begun says.
 INTERRUPTED_STARTING = "Interrupted while starting, before anything was written; run the same command again."
 

@@ -25,6 +25,7 @@ from hf_adapters.cli.arguments import (
     hide_library_progress,
     positive_int,
 )
+from hf_adapters.cli.exit_status import INTERRUPTED
 from hf_adapters.core.wording import full_disk
 from hf_adapters.engines import (
     DEFAULT_ENGINE,
@@ -40,9 +41,6 @@ from hf_adapters.engines.base import SCORE_COLUMNS_KEY, EngineError, score_colum
 from hf_adapters.engines.job_files import JobSummary
 from hf_adapters.files.data_io import LOADERS
 from hf_adapters.files.score_files import OUTPUT_FORMATS, OutputFormat
-
-#: The exit status of a command stopped by Ctrl-C (128 + SIGINT), as a shell gives it.
-INTERRUPTED = 130
 
 
 def score_columns_argument(text: str) -> str | tuple[str, ...]:

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from hf_adapters.engines.job_files import JobSummary, work_files
+from hf_adapters.engines.job_files import JobSummary
+from hf_adapters.engines.work_folder import work_files
 from hf_adapters.files.output_paths import output_location
 from hf_adapters.files.score_files import OutputFormat
 

@@ -1,8 +1,8 @@
-"""What every engine of a scoring job shares: the summary it returns, its work directory's names, the
-record of finished jobs, the rows' checks and the output's schema.
+"""What every engine of a scoring job shares: the summary it returns, what a job is (its manifest, and
+what makes two manifests two jobs), the record of finished jobs, the rows' checks and the output's schema.
 
-A job writing ``OUTPUT`` keeps its partial results in ``OUTPUT.parts/`` (:func:`work_dir_for`; the
-local engine's parts, manifest and lock: :mod:`hf_adapters.engines.local`). A finished job is recorded
+A job writing ``OUTPUT`` keeps its partial results in its work folder, ``OUTPUT.parts/``
+(:class:`~hf_adapters.engines.work_folder.WorkFolder`). A finished job is recorded
 in the cache folder (:func:`hf_adapters.backends.loading.cache_folder`, under ``jobs/``), by the
 output's path: what the job is (its manifest, :func:`job_manifest`), and the size and modification
 time of what it wrote, so that any engine running the same job again finds its output unchanged and
@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 from hf_adapters.core.wording import plural
 from hf_adapters.files.data_io import row_id
-from hf_adapters.files.json_values import json_safe, to_json_value, write_atomically
-from hf_adapters.files.score_files import SCORE, SHARD_PATTERN, OutputFormat
+from hf_adapters.files.json_values import json_safe, jsonable, to_json_value, write_atomically
+from hf_adapters.files.score_files import SCORE, OutputFormat
 
 if TYPE_CHECKING:
     from datasets import Dataset, IterableDataset
@@ -34,14 +34,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-MANIFEST = "manifest.json"
-#: The manifest, renamed once ``OUTPUT`` is in place: the output is this job's, complete.
-COMPLETE = "complete.json"
-LOCK = "lock"
-#: Written by the process that reaches the end of a stream: how many rows it has.
-STREAM_ROWS = "rows.json"
-#: Choices process 0's backend made by measuring (which CPU kernel runs the products): a rerun reuses them.
-CHOICES = "choices.json"
 #: Rows converted to dicts at a time when checking a data set before scoring.
 CHECK_CHUNK_SIZE = 10_000
 #: The folder of the cache (:func:`~hf_adapters.backends.loading.cache_folder`) recording finished jobs.
@@ -90,29 +82,6 @@ class JobSummary:
         return f"{done}; this run scored {self.scored} of them, {self.rows_per_second:.1f} rows/s"
 
 
-def work_dir_for(output_path: str | Path) -> Path:
-    """The directory holding a job's manifest and part files: ``OUTPUT.parts`` beside ``OUTPUT``.
-
-    Example:
-        >>> work_dir_for("scores/ppl.jsonl").as_posix()
-        'scores/ppl.jsonl.parts'
-    """
-    output_path = Path(output_path)
-    return output_path.with_name(output_path.name + ".parts")
-
-
-def work_files(output_path: str | Path, output: OutputFormat) -> list[Path]:
-    """Files a job writes on the way to ``output_path`` (one of each kind): its part, manifest and
-    markers in the work directory, the temporary output and, for Parquet, the shards."""
-    output_path, work_dir = Path(output_path), work_dir_for(output_path)
-    temporary = output_path.with_name(output_path.name + ".tmp")
-    files = [work_dir / name for name in ("rank-00000.jsonl", "rank-00000.done", MANIFEST, COMPLETE, STREAM_ROWS,
-                                          CHOICES, LOCK)]
-    if output.kind == "parquet":
-        return [*files, *(folder / SHARD_PATTERN.format(0) for folder in (output_path, temporary))]
-    return [*files, temporary]
-
-
 def job_manifest(scorer: RowScorer, data: str, rows: int | None, chunk_size: int | None,
                  columns: Mapping[str, str]) -> dict[str, Any]:
     """What a job is, as its manifest records it: the scorer's config (less the batch size and token
@@ -121,7 +90,7 @@ def job_manifest(scorer: RowScorer, data: str, rows: int | None, chunk_size: int
     process count are not part of the job: scores do not depend on them. A model the job cannot identify (an object, a
     backend whose identity() is None) makes results no run ever reuses."""
     identity = scorer.model_identity()
-    return _jsonable({
+    return jsonable({
         "scorer": {key: value for key, value in scorer.fingerprint().items()
                    if key not in ("batch_size", "max_batch_tokens")},
         "model": identity,
@@ -153,24 +122,6 @@ def same_columns(old: Mapping[str, Any], manifest: Mapping[str, Any]) -> bool:
 def manifest_columns(manifest: Mapping[str, Any]) -> list[str]:
     """The score columns a manifest's job writes: ``score``, and those it records beside it."""
     return manifest.get("columns") or [SCORE]
-
-
-def rows_without_manifest(work_dir: Path) -> tuple[int, int | None]:
-    """(rows saved, rows of the data) of a job's work folder that holds no manifest: all of them once its
-    output is complete, else ``(0, None)``, a job not started."""
-    complete = read_json(work_dir / COMPLETE)
-    total = complete.get("total_rows") if isinstance(complete, dict) else None
-    return (total, total) if isinstance(total, int) else (0, None)
-
-
-def interrupted_line(saved: int, total: int | None, work_dir: Path, stopped: str = "Interrupted") -> str:
-    """What a Ctrl-C prints of a resumable job (or what another cause that ``stopped`` it, a full disk,
-    prints after saying so): the ``saved`` rows (of ``total``, where known) in ``work_dir``, and that
-    the same command resumes; or that nothing was saved."""
-    if not saved:
-        return f"{stopped} before any row was saved; the same command starts again."
-    of = "" if total is None else f" of {total:,}"
-    return f"{stopped}: {saved:,}{of} rows are saved in {work_dir}; run the same command again to resume."
 
 
 def job_changes(old: Mapping[str, Any], manifest: Mapping[str, Any]) -> str:
@@ -348,10 +299,6 @@ def read_json(path: Path) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-
-
-def _jsonable(value: Any) -> Any:
-    return json.loads(json.dumps(value, sort_keys=True, default=str))
 
 
 def is_stream(dataset: Dataset | IterableDataset) -> bool:

@@ -51,39 +51,33 @@ from tqdm.auto import tqdm
 
 from hf_adapters.core.options import non_negative_float, positive_int
 from hf_adapters.engines.base import Engine, EngineError, ScoringJob
+from hf_adapters.engines.chunks import default_save_every
 from hf_adapters.engines.job_files import (
     FILE_PER_BLOCK,
-    LOCK,
     PARTS,
     JobSummary,
     check_dataset,
     finished_in_other_layout,
     finished_job,
-    interrupted_line,
     job_manifest,
     output_schema,
     part_layout,
     score_schema,
-    work_dir_for,
 )
-from hf_adapters.engines.local import JobConflictError, default_save_every
 from hf_adapters.engines.ray_parts import (
     ENGINE,
     block_name,
-    discard_if_nothing_saved,
-    finish,
     finished_parts,
     merge_parts,
-    open_work_dir,
     remove_temporary_files,
-    saved_rows,
+    work_folder,
 )
-from hf_adapters.files.run_folder import LockHeld, exclusive_lock
-from hf_adapters.files.score_files import OutputFormat, count_valid
+from hf_adapters.files.score_files import OutputFormat
 
 if TYPE_CHECKING:
     from hf_adapters.engines.ray_blocks import WorkerScorer
     from hf_adapters.engines.ray_shards import ShardedData
+    from hf_adapters.engines.work_folder import WorkFolder
     from hf_adapters.scorers import RowScorer
 
 logger = logging.getLogger(__name__)
@@ -184,7 +178,7 @@ class RayEngine(Engine):
         return self.stopped_message(job, "Interrupted")
 
     def stopped_message(self, job: ScoringJob, stopped: str) -> str:
-        return interrupted_line(*saved_rows(job.output_path), work_dir_for(job.output_path), stopped)
+        return work_folder(job.output_path).stopped_line(stopped)
 
 
 def run_ray_scoring_job(job: ScoringJob, *, num_workers: int = 1, gpus_per_worker: float = 0,
@@ -244,11 +238,12 @@ def run_ray_scoring_job(job: ScoringJob, *, num_workers: int = 1, gpus_per_worke
                     "rows_per_chunk": chunk, PARTS: part_layout(output, columns), FILE_PER_BLOCK: file_per_block}
         run = _Run(ray, job, output, data, columns, _part_schema(data, output, scorer, columns), workers,
                    num_workers, gpus_per_worker, environment, file_per_block)
-        with _job_lock(work_dir_for(job.output_path)):
+        folder = work_folder(job.output_path)
+        with folder.locked():
             try:
-                return run.resume(manifest, scorer, started)
+                return run.resume(folder, manifest, scorer, started)
             except BaseException:
-                discard_if_nothing_saved(job.output_path)
+                folder.discard_if_nothing_saved()
                 raise
 
 
@@ -281,17 +276,13 @@ class _Run:
     environment: dict[str, Any]
     file_per_block: bool
 
-    def resume(self, manifest: dict[str, Any], scorer: RowScorer, started: float) -> JobSummary:
+    def resume(self, folder: WorkFolder, manifest: dict[str, Any], scorer: RowScorer, started: float) -> JobSummary:
         """Open the work folder (fresh, resumed or complete), score the blocks that have no part yet and
         merge the parts into the output."""
-        work_dir, output_path = work_dir_for(self.job.output_path), self.job.output_path
-        decision, in_force = open_work_dir(work_dir, output_path, manifest, self.job.overwrite, self.output)
+        work_dir, output_path = folder.path, self.job.output_path
+        decision, in_force = folder.open(manifest, self.output, self.job.overwrite)
         if decision == "complete":
-            logger.info("%s is already this job's complete output; finishing its cleanup.", output_path)
-            rows = in_force["total_rows"]
-            valid = in_force["valid"] if "valid" in in_force else \
-                count_valid(output_path, self.output, next(iter(self.columns.values())))  # the local engine's job
-            finish(work_dir, output_path, self.output, in_force, rows, valid)
+            rows, valid = folder.clean_up_complete(in_force, self.output, next(iter(self.columns.values())))
             return JobSummary(rows, valid, time.perf_counter() - started, 0)
         remove_temporary_files(work_dir)
         blocks = [(shard, block, block_name(shard, block)) for shard in self.data.shards
@@ -309,8 +300,8 @@ class _Run:
         if missing := [name for name in names if name not in done]:
             raise RuntimeError(f"{len(missing)} block(s) have no part in {work_dir}, the first {missing[0]}.")
         valid = sum(found for _, found in done.values())
-        merge_parts(work_dir, output_path, self.output, names, self.schema, in_force, self.data.rows, valid,
-                    self.file_per_block)
+        merge_parts(work_dir, output_path, self.output, names, self.schema, self.data.rows, self.file_per_block)
+        folder.finish(self.output, {**in_force, FILE_PER_BLOCK: self.file_per_block}, self.data.rows, valid)
         return JobSummary(self.data.rows, valid, time.perf_counter() - started, self.data.rows - already)
 
     def score_blocks(self, todo: Mapping[int, list[int]], manifest: Mapping[str, Any], scorer: RowScorer,
@@ -333,7 +324,7 @@ class _Run:
                                                    "columns": shipped}, **remote)
             scored = blocks.map_batches(
                 ScoreBlocks, batch_size=1, batch_format="pyarrow",
-                fn_constructor_kwargs={"scorer": self.workers, "work_dir": str(work_dir_for(self.job.output_path)),
+                fn_constructor_kwargs={"scorer": self.workers, "work_dir": str(work_folder(self.job.output_path).path),
                                        "data_columns": data.column_names, "columns": self.columns,
                                        "rows_per_chunk": manifest["rows_per_chunk"], "schema": self.schema,
                                        "check": self.job.streaming, "threads": worker_threads(self.gpus_per_worker)},
@@ -400,18 +391,6 @@ def _runtime_environment(plugins: Sequence[tuple[str, str]]) -> dict[str, Any]:
     if folders:
         variables["PYTHONPATH"] = os.pathsep.join([*folders, "${PYTHONPATH}"])  # Ray expands the node's own
     return {"env_vars": variables} if variables else {}
-
-
-@contextlib.contextmanager
-def _job_lock(work_dir: Path) -> Iterator[None]:
-    """Hold the lock of the job's work folder for the whole run; a JobConflictError at once where
-    another command holds it."""
-    try:
-        with exclusive_lock(work_dir / LOCK):
-            yield
-    except LockHeld:
-        raise JobConflictError(f"Another job is writing {work_dir.name.removesuffix('.parts')} (it holds "
-                               f"{work_dir / LOCK}); wait for it to finish, or choose another output.") from None
 
 
 @contextlib.contextmanager

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hf_adapters.core.wording import FULL_DISK
+from hf_adapters.engines.chunks import score_chunk
 from hf_adapters.engines.job_files import scored_record
-from hf_adapters.engines.local import score_chunk
 from hf_adapters.engines.ray_parts import block_name, save_part
 from hf_adapters.engines.ray_shards import ShardedData, block_tables
 from hf_adapters.files.data_io import not_an_id
@@ -72,7 +72,7 @@ class ScoreBlocks:
     each actor builds the job's scorer (``scorer``, adapted to the data's ``data_columns``) and loads
     its model once; each call scores one block (a row of :func:`read_blocks`), ``rows_per_chunk`` rows
     at a time as the local engine scores a chunk
-    (:func:`~hf_adapters.engines.local.score_chunk`), and saves the output records of its score
+    (:func:`~hf_adapters.engines.chunks.score_chunk`), and saves the output records of its score
     ``columns`` (output -> column) as the block's part in ``work_dir``
     (:func:`~hf_adapters.engines.ray_parts.save_part`; Parquet of ``schema``). It returns the
     block's name, rows and valid scores, and, with ``check`` (a stream, not checked before), the

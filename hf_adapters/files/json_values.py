@@ -1,5 +1,5 @@
 """Values as JSON can hold them (JSON has no NaN or infinity: a missing score is written as null;
-no dates and no bytes), and JSON files written whole or not at all."""
+no dates and no bytes), and files written whole or not at all."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ import datetime
 import json
 import math
 import os
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, BinaryIO, NamedTuple
 
 
 def json_safe(value: Any) -> Any:
@@ -49,15 +50,49 @@ def to_json_value(value: Any) -> Any:
     return str(value)
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a fsynced temporary file renamed over it: a reader (or a
-    killed run's successor) sees the old file or the new one, never half of one."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+def write_atomically(path: Path, content: str | bytes | Callable[[BinaryIO], Any]) -> None:
+    """Write ``content`` to ``path`` through a fsynced temporary file of this call's own, renamed over
+    it: a reader (or a killed run's successor) sees the old file or the new one, never half of one,
+    and two processes writing the same file at once each write a whole one. ``content`` is text
+    (UTF-8), bytes, or a function that writes the file into the binary handle it is given (a Parquet
+    table, say); the temporary file is removed where writing fails.
+
+    Example:
+        >>> import tempfile
+        >>> path = Path(tempfile.mkdtemp()) / "done.json"
+        >>> write_atomically(path, '{"rows": 3}')
+        >>> path.read_text()
+        '{"rows": 3}'
+    """
+    temporary = path.with_name(f"{path.name}{TEMPORARY}{uuid.uuid4().hex}")
+    try:
+        with open(temporary, "wb") as handle:
+            if isinstance(content, str):
+                handle.write(content.encode("utf-8"))
+            elif isinstance(content, bytes):
+                handle.write(content)
+            else:
+                content(handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+#: What the name of a file :func:`write_atomically` is writing has after the final file's name.
+TEMPORARY = ".tmp-"
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` as JSON gives it back: keys sorted, tuples as lists, what JSON cannot hold as its
+    string. What a manifest on disk is compared with.
+
+    Example:
+        >>> jsonable({"b": (1, 2), "a": Path("x")})
+        {'a': 'x', 'b': [1, 2]}
+    """
+    return json.loads(json.dumps(value, sort_keys=True, default=str))
 
 
 #: What :func:`json_lines` says of a last line without a newline at its end: a killed writer's torn write.

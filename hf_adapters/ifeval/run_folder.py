@@ -23,7 +23,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from hf_adapters.files.json_values import TORN, json_lines, json_safe, truncate_file, write_atomically
+from hf_adapters.files.json_values import TORN, json_lines, json_safe, jsonable, truncate_file, write_atomically
 from hf_adapters.files.run_folder import LockHeld, append_durably, exclusive_lock, manifest_changes
 from hf_adapters.ifeval.lm_eval_logs import remove_logs
 from hf_adapters.ifeval.prompts import is_prompt_key
@@ -40,10 +40,6 @@ class RunFolderError(ValueError):
     """The output folder cannot be used: it holds another run's samples, or is being written."""
 
 
-def _jsonable(value: Any) -> Any:
-    return json.loads(json.dumps(value, sort_keys=True, default=str))
-
-
 def check_folder(folder: str | Path, manifest: Mapping[str, Any], overwrite: bool = False) -> None:
     """Raise a RunFolderError unless ``folder`` is absent, empty of runs, or this run's (same manifest).
 
@@ -57,9 +53,9 @@ def check_folder(folder: str | Path, manifest: Mapping[str, Any], overwrite: boo
         old = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         old = None
-    if old == _jsonable(manifest):
+    if old == jsonable(manifest):
         return
-    reason = (manifest_changes(old, _jsonable(manifest), PARTS) if isinstance(old, dict)
+    reason = (manifest_changes(old, jsonable(manifest), PARTS) if isinstance(old, dict)
               else f"it has no readable {MANIFEST}")
     raise RunFolderError(f"{folder} holds samples of another run ({reason}); rerun that run's command to resume "
                          "it, choose another --output, or pass --overwrite to discard them.")
@@ -88,7 +84,7 @@ def start(folder: str | Path, manifest: Mapping[str, Any], overwrite: bool = Fal
     ``samples.jsonl`` (:func:`recover_samples`)."""
     folder = Path(folder)
     check_folder(folder, manifest, overwrite)
-    manifest = _jsonable(manifest)
+    manifest = jsonable(manifest)
     same = (folder / SAMPLES).exists() and not overwrite
     if not same:
         for name in (SAMPLES, RESULTS, MANIFEST):

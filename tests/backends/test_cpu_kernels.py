@@ -283,7 +283,7 @@ def test_the_kernel_timings_are_printed_only_with_verbose(model_dir, tmp_path, f
     import sys
 
     from tests.conftest import write_jsonl
-    from tests.engines.test_jobs import REPO, run_env
+    from tests.engines.test_local import REPO, run_env
 
     config = tmp_path / "ppl.yaml"
     config.write_text(f"name: PPLScorer\nmodel: {model_dir}\nbatch_size: 2\n", encoding="utf-8")

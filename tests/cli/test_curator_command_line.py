@@ -22,11 +22,12 @@ from datasets import Dataset
 
 from hf_adapters import add_ifd_column, cli
 from hf_adapters.columns import dataset_columns as columns
-from hf_adapters.engines.local import JobConflictError, run_scoring_job, saved_rows, work_dir_for
+from hf_adapters.engines.local import run_scoring_job, saved_rows
+from hf_adapters.engines.work_folder import JobConflictError, work_dir_for
 from hf_adapters.files.score_files import OutputFormat
 from hf_adapters.scorers import RowScorer, register_scorer
 from tests.conftest import read_jsonl, write_jsonl
-from tests.engines.test_jobs import REPO, launcher, run_env
+from tests.engines.test_local import REPO, launcher, run_env
 
 TEXTS = ["ab", "", "a b", "xyz", "hello", " "]
 

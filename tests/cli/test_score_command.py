@@ -19,13 +19,13 @@ import pytest
 from hf_adapters import cli
 from hf_adapters.cli import main
 from hf_adapters.core.texts import ppl_text
-from hf_adapters.engines.local import work_dir_for
+from hf_adapters.engines.work_folder import work_dir_for
 from hf_adapters.formulas.ifd import compute_ifd
 from hf_adapters.formulas.perplexity import compute_perplexity
 from hf_adapters.scorers import RowScorer, register_scorer
 from tests.conftest import job_rows, read_jsonl, write_jsonl
 from tests.curation.test_selection import refused_with_a_message
-from tests.engines.test_jobs import make_rows
+from tests.engines.test_local import make_rows
 
 
 @register_scorer

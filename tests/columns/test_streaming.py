@@ -82,7 +82,7 @@ def test_a_job_killed_part_way_resumes_with_streaming_switched(tmp_path, monkeyp
     """
     from hf_adapters import cli
     from hf_adapters.engines import local as jobs
-    from tests.engines.test_jobs import LengthRatioScorer, make_rows, write_jsonl  # noqa: F401  (registers the scorer)
+    from tests.engines.test_local import LengthRatioScorer, make_rows, write_jsonl  # noqa: F401  (registers the scorer)
 
     data = write_jsonl(tmp_path / "rows.jsonl", make_rows(10))
     config = tmp_path / "ratio.yaml"
@@ -117,7 +117,7 @@ def test_a_resumed_stream_of_other_rows_than_the_in_memory_run_is_refused(tmp_pa
     Round five, item 12.
     """
     from hf_adapters.engines.local import JobConflictError, run_scoring_job
-    from tests.engines.test_jobs import CrashAfter, LengthRatioScorer, make_rows
+    from tests.engines.test_local import CrashAfter, LengthRatioScorer, make_rows
 
     output = tmp_path / "o.jsonl"
     with pytest.raises(KeyboardInterrupt):

@@ -24,6 +24,7 @@ from hf_adapters.engines import (
     engine_names,
     register_engine,
 )
+from hf_adapters.engines.chunks import score_chunk
 from hf_adapters.engines.job_files import (
     check_dataset,
     iter_rows,
@@ -32,9 +33,8 @@ from hf_adapters.engines.job_files import (
     score_schema,
     scored_record,
 )
-from hf_adapters.engines.local import score_chunk
 from hf_adapters.files.score_files import records, write_output
-from tests.engines.test_jobs import LengthRatioScorer, make_rows, write_jsonl  # noqa: F401  (registers the scorer)
+from tests.engines.test_local import LengthRatioScorer, make_rows, write_jsonl  # noqa: F401  (registers the scorer)
 
 
 class ReversedChunksEngine(Engine):

@@ -499,35 +499,35 @@ def ray_manifest(**changes) -> dict:
 
 
 def test_a_work_folder_resumes_its_own_job_and_refuses_another_until_overwrite(tmp_path):
-    from hf_adapters.engines.local import JobConflictError
-    from hf_adapters.engines.ray_parts import open_work_dir, save_part
+    from hf_adapters.engines.ray_parts import save_part, work_folder
+    from hf_adapters.engines.work_folder import JobConflictError
     from hf_adapters.files.score_files import OutputFormat
 
     output, work_dir, jsonl = tmp_path / "o.jsonl", tmp_path / "o.jsonl.parts", OutputFormat()
-    assert open_work_dir(work_dir, output, ray_manifest(), False, jsonl)[0] == "fresh"
+    assert work_folder(output).open(ray_manifest(), jsonl, False)[0] == "fresh"
     save_part(work_dir, "part-00000-rows-000000000000-000000000016", jsonl, b'{"id": 0, "score": 1.0}\n' * 16, 16, 16)
-    assert open_work_dir(work_dir, output, ray_manifest(rows_per_block=8), False, jsonl) == ("resume", ray_manifest())
+    assert work_folder(output).open(ray_manifest(rows_per_block=8), jsonl, False) == ("resume", ray_manifest())
     with pytest.raises(JobConflictError, match=r"holds partial results of a different job: the input data changed "
                                                r"\(40 rows before, 50 now\)\. Rerun the original job"):
-        open_work_dir(work_dir, output, ray_manifest(data="d2", rows=50), False, jsonl)
-    assert open_work_dir(work_dir, output, ray_manifest(data="d2"), True, jsonl)[0] == "fresh"
+        work_folder(output).open(ray_manifest(data="d2", rows=50), jsonl, False)
+    assert work_folder(output).open(ray_manifest(data="d2"), jsonl, True)[0] == "fresh"
     assert sorted(path.name for path in work_dir.iterdir()) == ["manifest.json"]
     (work_dir / "manifest.json").write_text(json.dumps({**ray_manifest(), "chunk_size": 16, "engine": None}))
     (work_dir / "rank-00000.jsonl").write_text('{"i": 0, "id": 0, "score": 1.0}\n')
     with pytest.raises(JobConflictError, match="partial results of a job of the default engine: finish it"):
-        open_work_dir(work_dir, output, ray_manifest(), False, jsonl)
+        work_folder(output).open(ray_manifest(), jsonl, False)
 
 
 def test_ctrl_c_on_ray_says_how_many_rows_the_parts_hold(tmp_path):
     from hf_adapters.engines import RayEngine, ScoringJob
-    from hf_adapters.engines.ray_parts import open_work_dir, save_part
+    from hf_adapters.engines.ray_parts import save_part, work_folder
     from hf_adapters.files.score_files import OutputFormat
 
     job = ScoringJob.plan({"name": "PPLScorer"}, data="d.jsonl", output=tmp_path / "o.jsonl")
     assert RayEngine().interrupted_message(job) == \
         "Interrupted before any row was saved; the same command starts again."
     work_dir = tmp_path / "o.jsonl.parts"
-    open_work_dir(work_dir, job.output_path, ray_manifest(rows=4000), False, OutputFormat())
+    work_folder(job.output_path).open(ray_manifest(rows=4000), OutputFormat(), False)
     for start in (0, 16):
         save_part(work_dir, f"part-00000-d-{start:012d}-{start + 16:012d}", OutputFormat(), b"{}\n" * 16, 16, 16)
     assert RayEngine().interrupted_message(job) == (
@@ -610,22 +610,22 @@ def test_a_full_disk_in_a_worker_says_how_many_rows_are_saved_and_the_same_comma
     ({"file_per_block": True}, None),
 ], ids=["keep-columns", "score-columns-order", "output-format", "file-per-block"])
 def test_a_work_folder_resumes_only_a_run_that_writes_its_parts_as_they_are(tmp_path, parts, message):
-    from hf_adapters.engines.local import JobConflictError
-    from hf_adapters.engines.ray_parts import open_work_dir, save_part
+    from hf_adapters.engines.ray_parts import save_part, work_folder
+    from hf_adapters.engines.work_folder import JobConflictError
     from hf_adapters.files.score_files import OutputFormat
 
     output, work_dir, jsonl = tmp_path / "o.jsonl", tmp_path / "o.jsonl.parts", OutputFormat()
     started = ray_manifest(parts={"format": "jsonl", "keep_columns": False,
                                   "columns": ["score", "ppl_conditional", "ppl_direct"]})
-    open_work_dir(work_dir, output, started, False, jsonl)
+    work_folder(output).open(started, jsonl, False)
     save_part(work_dir, "part-00000-rows-000000000000-000000000016", jsonl, b'{"id": 0, "score": 1.0}\n' * 16, 16, 16)
     rerun = {**started, "parts": {**started["parts"], **parts}} if "file_per_block" not in parts else \
         {**started, **parts}
     if message is None:
-        assert open_work_dir(work_dir, output, rerun, False, jsonl) == ("resume", started)
+        assert work_folder(output).open(rerun, jsonl, False) == ("resume", started)
         return
     with pytest.raises(JobConflictError, match=re.escape(f"partial results of a different job: {message}. Rerun")):
-        open_work_dir(work_dir, output, rerun, False, jsonl)
+        work_folder(output).open(rerun, jsonl, False)
 
 
 def write_ifd_config(folder: Path, model: str) -> str:
@@ -786,7 +786,7 @@ def test_an_output_left_complete_by_a_kill_during_the_cleanup_is_this_jobs_only_
     starts afresh, and writes the format it asks for."""
     import dataclasses
 
-    from hf_adapters.engines.ray_parts import open_work_dir
+    from hf_adapters.engines.ray_parts import work_folder
     from hf_adapters.files.score_files import OutputFormat
 
     output, work_dir, jsonl = tmp_path / "o.jsonl", tmp_path / "o.jsonl.parts", OutputFormat()
@@ -795,7 +795,7 @@ def test_an_output_left_complete_by_a_kill_during_the_cleanup_is_this_jobs_only_
     complete = {**ray_manifest(), "total_rows": 1, "valid": 1,
                 "format": {"kind": "jsonl", "keep_columns": False, "rows_per_shard": jsonl.rows_per_shard}}
     (work_dir / "complete.json").write_text(json.dumps(complete))
-    assert open_work_dir(work_dir, output, ray_manifest(), False, jsonl) == ("complete", complete)
+    assert work_folder(output).open(ray_manifest(), jsonl, False) == ("complete", complete)
     kept = dataclasses.replace(jsonl, keep_columns=True)
     rerun = ray_manifest(parts={"format": "jsonl", "keep_columns": True, "columns": ["score"]})
-    assert open_work_dir(work_dir, output, rerun, False, kept) == ("fresh", rerun)
+    assert work_folder(output).open(rerun, kept, False) == ("fresh", rerun)

@@ -12,11 +12,12 @@ import pytest
 from datasets import Dataset
 
 from hf_adapters import cli
-from hf_adapters.engines.local import run_scoring_job, work_dir_for
+from hf_adapters.engines.local import run_scoring_job
+from hf_adapters.engines.work_folder import work_dir_for
 from hf_adapters.files.data_io import data_fingerprint, read_rows
 from tests.cli.test_score_command import OutputLengthScorer, config  # noqa: F401  (registers the scorer)
 from tests.conftest import write_jsonl
-from tests.engines.test_jobs import CrashAfter, LengthRatioScorer, expected_lines, make_rows
+from tests.engines.test_local import CrashAfter, LengthRatioScorer, expected_lines, make_rows
 
 ROWS = [{"id": f"r{i:02d}", "instruction": "Repeat.", "input": "", "output": "ab" * (i % 3)} for i in range(23)]
 

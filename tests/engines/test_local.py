@@ -1,5 +1,7 @@
-"""The resumable, sharded job runner: output order, crash-safe resume, refusal to mix jobs, OOM retries,
-and runs under ``accelerate launch`` with 2 CPU processes."""
+"""The local engine: output order, the rows' checks, crash-safe resume on any number of processes and
+any batch size, the chunks it saves, and runs under ``accelerate launch`` with 2 CPU processes. Its work
+folder's decisions (resume, refuse, finish): ``test_work_folder.py``; the out-of-memory retries:
+``test_chunks.py``."""
 
 from __future__ import annotations
 
@@ -21,8 +23,9 @@ from datasets import Dataset
 from hf_adapters import cli
 from hf_adapters.backends import TransformersBackend
 from hf_adapters.backends.transformers import cpu_kernels
-from hf_adapters.engines import local
-from hf_adapters.engines.local import JobConflictError, run_scoring_job, score_dataset, shard_range, work_dir_for
+from hf_adapters.engines import chunks, local
+from hf_adapters.engines.local import run_scoring_job, score_dataset, shard_range
+from hf_adapters.engines.work_folder import work_dir_for
 from hf_adapters.scorers import SCORERS, PerplexityScorer, PPLScorer, RowScorer, build_scorer, register_scorer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -32,7 +35,7 @@ VENV_BIN = Path(sys.executable).parent
 @pytest.fixture(autouse=True)
 def chunks_of_four_rows(monkeypatch):
     """The jobs here save every 4 rows unless they say (the chunks these tests were written for)."""
-    monkeypatch.setattr(local, "CPU_SAVE_EVERY", 4)
+    monkeypatch.setattr(chunks, "CPU_SAVE_EVERY", 4)
 
 
 @register_scorer
@@ -63,19 +66,6 @@ class CrashAfter(LengthRatioScorer):
     def score_rows(self, rows):
         if len(self.scored_rows) >= self.limit:
             raise KeyboardInterrupt
-        return super().score_rows(rows)
-
-
-class OutOfMemoryAbove(LengthRatioScorer):
-    """Raises CUDA's out-of-memory error for any chunk longer than ``fits`` rows."""
-
-    def __init__(self, fits: int, error: type[Exception] = torch.cuda.OutOfMemoryError, **config):
-        super().__init__(**config)
-        self.fits, self.error = fits, error
-
-    def score_rows(self, rows):
-        if len(rows) > self.fits:
-            raise self.error("CUDA out of memory. Tried to allocate 20.00 GiB")
         return super().score_rows(rows)
 
 
@@ -152,24 +142,6 @@ def test_interrupted_job_resumes_without_rescoring_and_drops_a_torn_tail(tmp_pat
     assert (summary.rows, summary.scored) == (40, 28)
 
 
-@pytest.mark.parametrize("change", ["config", "data"])
-def test_partial_results_of_a_different_job_are_refused_unless_overwrite(tmp_path, change):
-    rows, output = make_rows(20), tmp_path / "out.jsonl"
-    with pytest.raises(KeyboardInterrupt):
-        run_scoring_job(Dataset.from_list(rows), CrashAfter(rows=8, batch_size=4), output)
-    scorer = LengthRatioScorer(batch_size=4, delay=0.001 if change == "config" else 0.0)
-    if change == "data":
-        rows[15]["output"] = "changed"
-    expected = {"config": "the scorer config changed", "data": "the input data changed"}[change]
-    with pytest.raises(JobConflictError, match=f"{expected}.*--overwrite"):
-        run_scoring_job(Dataset.from_list(rows), scorer, output)
-    assert scorer.scored_rows == []
-
-    run_scoring_job(Dataset.from_list(rows), scorer, output, overwrite=True)
-    assert scorer.scored_rows == [row["id"] for row in rows]
-    assert read_jsonl(output) == expected_lines(rows)
-
-
 @pytest.mark.parametrize("batch_size", [3, 4, 7])
 def test_a_job_resumes_with_another_batch_size_on_the_chunks_it_started_with(tmp_path, batch_size, caplog):
     rows, output = make_rows(30), tmp_path / "out.jsonl"
@@ -196,31 +168,6 @@ def test_a_job_resumes_on_fewer_processes_than_it_started_with(tmp_path):
     assert read_jsonl(output) == expected_lines(rows)
 
 
-@pytest.mark.parametrize("error", [torch.cuda.OutOfMemoryError, RuntimeError])
-def test_out_of_memory_halves_the_batch_and_keeps_every_row(tmp_path, caplog, error):
-    rows = make_rows(19)
-    scorer = OutOfMemoryAbove(fits=2, error=error, batch_size=8)
-    with caplog.at_level(logging.WARNING, logger="hf_adapters.engines.local"):
-        run_scoring_job(Dataset.from_list(rows), scorer, tmp_path / "out.jsonl", save_every=8)
-    assert read_jsonl(tmp_path / "out.jsonl") == expected_lines(rows)
-    assert scorer.scored_rows == [row["id"] for row in rows]
-    assert "Out of memory on rows 0-7" in caplog.text and "retrying as 4 + 4 rows" in caplog.text
-
-
-def test_a_row_that_runs_out_of_memory_alone_is_named(tmp_path):
-    with pytest.raises(RuntimeError, match=r"Row 0 \(id='r0'\) runs out of memory even alone"):
-        run_scoring_job(Dataset.from_list(make_rows(3)), OutOfMemoryAbove(fits=0), tmp_path / "out.jsonl")
-
-
-def test_other_errors_are_not_retried(tmp_path):
-    class Broken(LengthRatioScorer):
-        def score_rows(self, rows):
-            raise RuntimeError("shape mismatch")
-
-    with pytest.raises(RuntimeError, match="shape mismatch"):
-        run_scoring_job(Dataset.from_list(make_rows(3)), Broken(), tmp_path / "out.jsonl")
-
-
 def test_score_dataset_adds_a_score_column_in_row_order(tmp_path):
     rows = make_rows(11)
     for row in rows:
@@ -238,7 +185,7 @@ def test_score_dataset_adds_a_score_column_in_row_order(tmp_path):
 
 LAUNCHER = """import sys
 sys.path.insert(0, {tests!r})
-import test_jobs  # noqa: F401  (registers the fake scorers)
+import test_local  # noqa: F401  (registers the fake scorers)
 from hf_adapters.cli import main
 sys.exit(main())
 """
@@ -314,34 +261,6 @@ def test_kill_9_in_the_middle_then_rerun_gives_the_uninterrupted_output(tmp_path
     assert output.read_bytes() == (tmp_path / "uninterrupted.jsonl").read_bytes()
 
 
-def test_a_second_job_on_the_same_output_stops_at_once_while_the_first_holds_the_lock(tmp_path):
-    import fcntl
-
-    rows = Dataset.from_list(make_rows(9))
-    output = tmp_path / "out.jsonl"
-    work_dir = work_dir_for(output)
-    work_dir.mkdir()
-    with open(work_dir / "lock", "a+b") as held:
-        fcntl.flock(held.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        scorer = LengthRatioScorer()
-        with pytest.raises(JobConflictError, match="Another job is writing out.jsonl"):
-            run_scoring_job(rows, scorer, output, progress=False)
-        assert scorer.scored_rows == [] and not output.exists()
-    assert run_scoring_job(rows, LengthRatioScorer(), output, progress=False).rows == 9
-    assert not work_dir.exists()
-
-
-def test_a_model_that_fails_to_load_leaves_no_work_directory(tmp_path, capsys):
-    data = tmp_path / "rows.jsonl"
-    data.write_text("".join(json.dumps(row) + "\n" for row in make_rows(3)), encoding="utf-8")
-    (tmp_path / "ppl.yaml").write_text("name: PPLScorer\n", encoding="utf-8")
-    output = tmp_path / "scores.jsonl"
-    args = ["score", str(tmp_path / "ppl.yaml"), "--data", str(data), "--output", str(output), "--no-progress"]
-    assert cli.main([*args, "--model", str(tmp_path / "no-such-model")]) == 2
-    assert "Could not load model" in capsys.readouterr().err
-    assert not work_dir_for(output).exists()
-
-
 @pytest.mark.parametrize("bad", [7, ["a list"], {"a": "dict"}])
 def test_a_wrong_field_type_is_found_before_any_row_is_scored_and_named_by_its_index(tmp_path, bad):
     scorer = build_scorer({"name": "PPLScorer"})
@@ -366,70 +285,12 @@ def test_an_ifeval_row_with_an_unknown_id_is_found_before_any_row_is_scored(tmp_
     assert not work_dir_for(output).exists()
 
 
-class RefusesFirstChunk(LengthRatioScorer):
-    """Refuses its first chunk as a scorer refuses what it finds only when it scores (a reference model
-    with another tokenizer); raises ``error``."""
-
-    def __init__(self, error: BaseException, **config):
-        super().__init__(**config)
-        self.error = error
-
-    def score_rows(self, rows):
-        raise self.error
-
-
-@pytest.mark.parametrize("error", [ValueError("The reference model has another tokenizer."), KeyboardInterrupt()],
-                         ids=["refused", "interrupted"])
-@pytest.mark.parametrize("streaming", [False, True], ids=["in_memory", "streaming"])
-def test_a_refusal_or_stop_before_any_row_is_saved_leaves_nothing_behind(tmp_path, error, streaming):
-    """A job refused (or stopped) before any row is saved leaves no work directory, lock or
-    temporary output: the corrected command, another job, runs instead of being refused as "a
-    different job".
-
-    Round five, item 10.
-    """
-    rows = Dataset.from_list(make_rows(10))
-    data = rows.to_iterable_dataset() if streaming else rows
-    output = tmp_path / "out.jsonl"
-    with pytest.raises(type(error)):
-        run_scoring_job(data, RefusesFirstChunk(error, batch_size=4), output, data_fingerprint="rows", progress=False)
-    assert list(tmp_path.iterdir()) == []
-    corrected = LengthRatioScorer(batch_size=5)
-    assert run_scoring_job(data, corrected, output, data_fingerprint="rows", progress=False).scored == 10
-
-
-def test_a_streamed_row_refused_in_the_first_chunk_leaves_nothing_behind(tmp_path):
-    """A stream's rows are checked chunk by chunk, after the work directory is made: a bad row in
-    its first chunk leaves nothing behind.
-
-    Round five, item 10.
-    """
-    rows = make_rows(6)
-    del rows[1]["output"]
-    output = tmp_path / "out.jsonl"
-    with pytest.raises(ValueError, match=r"Row 1 \(id='r1'\) has no field 'output'"):
-        run_scoring_job(Dataset.from_list(rows).to_iterable_dataset(), LengthRatioScorer(), output,
-                        data_fingerprint="rows", progress=False)
-    assert list(tmp_path.iterdir()) == []
-
-
-def test_a_failure_after_a_saved_chunk_keeps_the_work_directory_to_resume(tmp_path):
-    """Only a run that saved nothing leaves nothing: saved chunks stay for the rerun.
-
-    Round five, item 10.
-    """
-    output = tmp_path / "out.jsonl"
-    with pytest.raises(KeyboardInterrupt):
-        run_scoring_job(Dataset.from_list(make_rows(10)), CrashAfter(rows=4, batch_size=4), output, progress=False)
-    assert (work_dir_for(output) / "manifest.json").is_file()
-
-
 def test_the_summary_of_a_resumed_run_says_its_rate_counts_only_this_runs_rows():
     """After a resume the rate counts only the rows this run scored, and the summary says so.
 
     Round five, item 21.
     """
-    from hf_adapters.engines.local import JobSummary
+    from hf_adapters.engines.job_files import JobSummary
 
     assert str(JobSummary(rows=23, valid=20, seconds=2.0, scored=11)) == \
         "23 rows, 20 valid scores; this run scored 11 of them, 5.5 rows/s"
@@ -438,94 +299,8 @@ def test_the_summary_of_a_resumed_run_says_its_rate_counts_only_this_runs_rows()
     assert str(JobSummary(rows=23, valid=20, seconds=2.0, scored=23)) == "23 rows, 20 valid scores, 11.5 rows/s"
 
 
-def test_running_a_finished_job_again_does_nothing_unless_its_output_would_differ(tmp_path):
-    """A finished job run again is skipped; another output format, other score columns, another
-    config or ``overwrite`` score it again.
+# --- From the round-four review: what a resumed job may reuse ---------------------------------------------
 
-    Round five, item 21.
-    """
-    from hf_adapters.files.score_files import OutputFormat
-
-    rows = Dataset.from_list(make_rows(9))
-    output = tmp_path / "out.jsonl"
-    assert not run_scoring_job(rows, LengthRatioScorer(), output, progress=False).skipped
-    again = LengthRatioScorer(batch_size=2)
-    summary = run_scoring_job(rows, again, output, progress=False)
-    assert summary.skipped and again.scored_rows == [] and (summary.rows, summary.scored) == (9, 0)
-    assert summary.valid == sum(line["score"] is not None for line in read_jsonl(output))
-    for changed in ({"output": OutputFormat(keep_columns=True)}, {"overwrite": True}):
-        scorer = LengthRatioScorer()
-        assert not run_scoring_job(rows, scorer, output, progress=False, **changed).skipped
-        assert len(scorer.scored_rows) == 9
-    scorer = LengthRatioScorer(delay=0.001)
-    assert not run_scoring_job(rows, scorer, output, progress=False).skipped and len(scorer.scored_rows) == 9
-
-
-def test_a_kill_during_the_final_cleanup_leaves_a_complete_output_that_needs_no_work(tmp_path, monkeypatch):
-    from hf_adapters.engines import local as jobs
-
-    rows = Dataset.from_list(make_rows(10))
-    output = tmp_path / "out.jsonl"
-
-    def killed_during_cleanup(work_dir):
-        (work_dir / "rank-00000.jsonl").unlink()  # the cleanup got this far
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(jobs, "_remove_work_dir", killed_during_cleanup)
-    with pytest.raises(KeyboardInterrupt):
-        run_scoring_job(rows, LengthRatioScorer(), output, progress=False)
-    monkeypatch.undo()
-    complete = output.read_bytes()
-    assert (work_dir_for(output) / "complete.json").is_file()
-
-    rerun = LengthRatioScorer()
-    summary = run_scoring_job(rows, rerun, output, progress=False)
-    assert rerun.scored_rows == [] and summary.scored == 0
-    assert summary.valid == sum(json.loads(line)["score"] is not None for line in complete.splitlines())
-    assert output.read_bytes() == complete and not work_dir_for(output).exists()
-
-
-# --- Job identity: the model's files, dtype and device type -------------------------------------------
-
-
-class PPLCrashAfterFirstChunk(PPLScorer):
-    """The seed PPLScorer, killed (like kill -9) after its first chunk; same name and config."""
-
-    calls = 0
-
-    def score_rows(self, rows):
-        PPLCrashAfterFirstChunk.calls += 1
-        if PPLCrashAfterFirstChunk.calls > 1:
-            raise KeyboardInterrupt
-        return super().score_rows(rows)
-
-
-def test_new_weights_at_the_same_model_path_are_another_job(tmp_path, tokenizer):
-    from tests.conftest import build_model  # here: the subprocess launchers import this module without `tests`
-
-    folder = tmp_path / "model"
-    build_model(len(tokenizer), seed=0).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    rows, output = Dataset.from_list(make_rows(12)), tmp_path / "out.jsonl"
-    with pytest.raises(KeyboardInterrupt):
-        run_scoring_job(rows, PPLCrashAfterFirstChunk(model=str(folder), batch_size=4), output, progress=False)
-    build_model(len(tokenizer), seed=1).save_pretrained(folder)  # same path, other weights
-    with pytest.raises(JobConflictError, match="the model changed"):
-        run_scoring_job(rows, PPLScorer(model=str(folder), batch_size=4), output, progress=False)
-    manifest = json.loads((work_dir_for(output) / "manifest.json").read_text())
-    assert manifest["model"]["dtype"] == "float32" and manifest["model"]["device_type"] == "cpu"
-
-
-def test_the_manifest_tells_a_cpu_float32_job_from_a_gpu_bfloat16_one(tmp_path, model):
-    folder = tmp_path / "model"
-    model.save_pretrained(folder)
-    cpu = PPLScorer(model=str(folder), device="cpu").model_identity()
-    gpu = PPLScorer(model=str(folder), device="cuda").model_identity()
-    assert (cpu["dtype"], cpu["device_type"]) == ("float32", "cpu")
-    assert (gpu["dtype"], gpu["device_type"]) == ("bfloat16", "cuda")
-
-
-# --- From the round-four review: what a resumed job may reuse, and what a refusal says ----------------------
 
 def killed_after_one_chunk(backend_class: type[TransformersBackend]) -> type[TransformersBackend]:
     """``backend_class``, dying (like a killed process) when asked to score a second chunk."""
@@ -540,29 +315,6 @@ def killed_after_one_chunk(backend_class: type[TransformersBackend]) -> type[Tra
             return super().score(items, **settings)
 
     return KilledAfterOneChunk
-
-
-class Anonymous(TransformersBackend):
-    """A backend that cannot say what it runs."""
-
-    def identity(self):
-        return None
-
-
-def test_a_job_never_resumes_with_the_results_of_a_backend_without_identity(tmp_path, model, tokenizer):
-    """From the round-four review, case 5."""
-    rows = Dataset.from_list([{"id": f"r{i}", "text": "ab " * (i + 1)} for i in range(12)])
-    output = tmp_path / "scores.jsonl"
-
-    first = PerplexityScorer(backend=killed_after_one_chunk(Anonymous)(model, tokenizer), batch_size=4)
-    with pytest.raises(KeyboardInterrupt):
-        run_scoring_job(rows, first, output, progress=False)
-    assert read_jsonl(work_dir_for(output) / "rank-00000.jsonl")  # the first chunk was kept
-    second = PerplexityScorer(backend=Anonymous(model, tokenizer), batch_size=4)
-    with pytest.raises(JobConflictError, match="identity"):
-        run_scoring_job(rows, second, output, progress=False)
-    summary = run_scoring_job(rows, second, output, progress=False, overwrite=True)
-    assert summary.scored == 12
 
 
 def test_a_resumed_job_reuses_the_first_runs_cpu_kernel_choice(tmp_path, model, tokenizer, monkeypatch):
@@ -596,42 +348,20 @@ def test_a_resumed_job_reuses_the_first_runs_cpu_kernel_choice(tmp_path, model, 
     assert kernels and set(kernels) == {"onednn"}
 
 
-def test_a_changed_stream_is_refused_without_row_counts_nobody_knows(tmp_path):
-    """From the round-four review, case 16."""
-    rows = make_rows(12)
-    output = tmp_path / "o.jsonl"
-    stream = Dataset.from_list(rows).to_iterable_dataset()
-    with pytest.raises(KeyboardInterrupt):
-        run_scoring_job(stream, CrashAfter(rows=4, batch_size=4), output, data_fingerprint="before", progress=False)
-    with pytest.raises(JobConflictError) as refusal:
-        run_scoring_job(stream, LengthRatioScorer(batch_size=4), output, data_fingerprint="after", progress=False)
-    assert "the input data changed" in str(refusal.value) and "None" not in str(refusal.value)
-
-
-def test_an_in_memory_job_still_says_how_many_rows_changed(tmp_path):
-    """From the round-four review, case 16."""
-    rows = make_rows(12)
-    output = tmp_path / "o.jsonl"
-    with pytest.raises(KeyboardInterrupt):
-        run_scoring_job(Dataset.from_list(rows), CrashAfter(rows=4, batch_size=4), output, progress=False)
-    with pytest.raises(JobConflictError, match="12 rows before, 13 now"):
-        run_scoring_job(Dataset.from_list(make_rows(13)), LengthRatioScorer(batch_size=4), output, progress=False)
-
-
 # --- How often progress is saved: its own setting, not the batch size -------------------------------------
 
 
 @pytest.fixture
 def chunk_offsets(monkeypatch) -> list[tuple[int, int]]:
     """(first row, rows) of every chunk a job scores."""
-    chunks, original = [], local.score_chunk
+    offsets, original = [], local.score_chunk
 
     def recorded(scorer, rows, offset=0, columns=None):
-        chunks.append((offset, len(rows)))
+        offsets.append((offset, len(rows)))
         return original(scorer, rows, offset, columns)
 
     monkeypatch.setattr(local, "score_chunk", recorded)
-    return chunks
+    return offsets
 
 
 @pytest.mark.parametrize("save_every", [None, 5])
@@ -642,7 +372,7 @@ def test_how_often_progress_is_saved_does_not_depend_on_the_batch_size(tmp_path,
         run_scoring_job(Dataset.from_list(make_rows(13)), LengthRatioScorer(batch_size=batch_size),
                         tmp_path / f"{batch_size}.jsonl", progress=False, save_every=save_every)
         saved.append(list(chunk_offsets))
-    every = save_every or local.CPU_SAVE_EVERY
+    every = save_every or chunks.CPU_SAVE_EVERY
     assert saved == [[(start, min(every, 13 - start)) for start in range(0, 13, every)]] * 3
 
 
@@ -656,7 +386,7 @@ class LengthRatioOnAnAccelerator(LengthRatioScorer):
 def test_a_job_on_an_accelerator_saves_every_4096_rows_by_default(tmp_path, chunk_offsets):
     run_scoring_job(Dataset.from_list(make_rows(20)), LengthRatioOnAnAccelerator(), tmp_path / "o.jsonl",
                     progress=False)
-    assert chunk_offsets == [(0, 20)] and local.default_save_every("cuda") == 4096
+    assert chunk_offsets == [(0, 20)] and chunks.default_save_every("cuda") == 4096
     with pytest.raises(ValueError, match="`save_every` must be a positive whole number of rows, got 0"):
         run_scoring_job(Dataset.from_list(make_rows(2)), LengthRatioScorer(), tmp_path / "x.jsonl", save_every=0)
 
@@ -681,41 +411,7 @@ def test_the_chunk_setting_changes_no_score_and_no_line_of_the_output(tmp_path, 
                                                                          rel=1e-6)
 
 
-# --- Issue 59: what a refusal names; score columns in another order; a finished output in another layout ----------
-
-
-def score_set_manifest(model: str, *members: dict) -> dict:
-    from hf_adapters.engines.job_files import job_manifest
-    from hf_adapters.files.score_files import OutputFormat
-
-    scorer = build_scorer({"model": model, "scores": list(members)})
-    return job_manifest(scorer, "data", 10, 4, OutputFormat().columns_of(scorer.outputs, scorer.named_outputs))
-
-
-def test_a_score_set_resumed_without_a_member_is_refused_naming_its_members_not_the_model(model_dir):
-    from hf_adapters.engines.job_files import job_changes
-
-    ifd, ppl, upd = {"name": "IFDScorer"}, {"name": "PPLScorer"}, {"name": "UPDScorer"}
-    reasons = job_changes(score_set_manifest(model_dir, ifd, ppl, upd), score_set_manifest(model_dir, ifd, ppl))
-    assert reasons.startswith("the score set's members changed (were IFDScorer, PPLScorer, UPDScorer, now "
-                              "IFDScorer, PPLScorer); the score columns changed"), reasons
-    assert "model" not in reasons
-    reasons = job_changes(score_set_manifest(model_dir, ifd, ppl), score_set_manifest(model_dir, ifd,
-                                                                                      {**ppl, "max_length": 64}))
-    assert reasons.startswith("the config of its member PPLScorer changed (was {"), reasons
-    assert "IFDScorer" not in reasons and "model" not in reasons
-
-
-def test_changed_data_of_the_same_row_count_is_refused_naming_its_content_not_a_row_count(tmp_path):
-    rows, output = make_rows(20), tmp_path / "out.jsonl"
-    with pytest.raises(KeyboardInterrupt):
-        run_scoring_job(Dataset.from_list(rows), CrashAfter(rows=8, batch_size=4), output, progress=False)
-    rows[15]["output"] = "changed"
-    with pytest.raises(JobConflictError) as refusal:
-        run_scoring_job(Dataset.from_list(rows), LengthRatioScorer(batch_size=4), output, progress=False)
-    assert "the input data changed: its content differs (another fingerprint, the same 20 rows)." in \
-        str(refusal.value)
-    assert "rows before" not in str(refusal.value)
+# --- Issue 59: score columns in another order ---------------------------------------------------------------
 
 
 IFD_COLUMNS = ("ppl_conditional", "ppl_direct")
@@ -724,17 +420,6 @@ IFD_COLUMNS = ("ppl_conditional", "ppl_direct")
 def ifd_rows() -> Dataset:
     return Dataset.from_list([{"instruction": f"Say {i}.", "input": "", "output": "A fox. " * (1 + i % 3)}
                               for i in range(10)])
-
-
-def test_a_finished_job_asked_for_its_score_columns_in_another_order_is_scored_again(tmp_path, model_dir):
-    from hf_adapters.files.score_files import OutputFormat
-
-    output = tmp_path / "out.jsonl"
-    for columns in (IFD_COLUMNS, IFD_COLUMNS[::-1]):
-        summary = run_scoring_job(ifd_rows(), build_scorer({"name": "IFDScorer", "model": model_dir}), output,
-                                  progress=False, output=OutputFormat(score_columns=columns))
-        assert not summary.skipped
-        assert list(read_jsonl(output)[0]) == ["id", "score", *columns]
 
 
 @pytest.mark.parametrize("change", [{"score_columns": IFD_COLUMNS[::-1]}, {"keep_columns": True}],
@@ -775,44 +460,3 @@ def test_a_parquet_job_resumed_with_its_columns_reordered_or_kept_writes_the_uni
         assert values == (pytest.approx(expected, rel=1e-6) if name in ("score", *IFD_COLUMNS) else expected)
 
 
-def test_a_finished_output_written_a_parquet_file_per_block_is_refused_naming_the_flag(tmp_path):
-    """The default engine cannot write the layout ``--engine ray --file-per-block`` did: it says which
-    layout the output has and how to get the other, instead of "nothing to do"."""
-    from hf_adapters.engines.job_files import _finished_record
-    from hf_adapters.files.score_files import OutputFormat
-
-    rows, output, parquet = Dataset.from_list(make_rows(8)), tmp_path / "out", OutputFormat("parquet")
-    run_scoring_job(rows, LengthRatioScorer(), output, progress=False, output=parquet)
-    record = json.loads(_finished_record(output).read_text())
-    _finished_record(output).write_text(json.dumps({**record, "job": {**record["job"], "file_per_block": True}}))
-    with pytest.raises(ValueError, match=r"already this job's complete output, as one Parquet file per block "
-                                         r"\(written with --engine ray --file-per-block\): add --file-per-block to "
-                                         r"leave it so, or pass --overwrite to score it again into shards of "
-                                         r"--rows-per-shard rows\."):
-        run_scoring_job(rows, LengthRatioScorer(), output, progress=False, output=parquet)
-    scorer = LengthRatioScorer()
-    assert not run_scoring_job(rows, scorer, output, progress=False, output=parquet, overwrite=True).skipped
-    assert run_scoring_job(rows, LengthRatioScorer(), output, progress=False, output=parquet).skipped
-
-
-def test_a_kill_during_the_cleanup_then_a_rerun_in_another_format_scores_it_again_in_that_format(tmp_path,
-                                                                                                monkeypatch):
-    """The output left in place by a kill during the cleanup is this job's only in the format it was
-    written in: a rerun keeping the rows' columns writes them (it was taken as complete, recorded as
-    finished in the new format, and every later rerun did nothing)."""
-    from hf_adapters.files.score_files import OutputFormat
-
-    def killed_during_cleanup(work_dir):
-        raise KeyboardInterrupt
-
-    rows, output, remove_work_dir = Dataset.from_list(make_rows(6)), tmp_path / "out.jsonl", local._remove_work_dir
-    monkeypatch.setattr(local, "_remove_work_dir", killed_during_cleanup)
-    with pytest.raises(KeyboardInterrupt):
-        run_scoring_job(rows, LengthRatioScorer(), output, progress=False)
-    monkeypatch.setattr(local, "_remove_work_dir", remove_work_dir)
-    kept = OutputFormat(keep_columns=True)
-    scorer = LengthRatioScorer()
-    assert not run_scoring_job(rows, scorer, output, progress=False, output=kept).skipped
-    assert len(scorer.scored_rows) == 6
-    assert [list(line) for line in read_jsonl(output)][0] == ["id", "instruction", "input", "output", "score"]
-    assert run_scoring_job(rows, LengthRatioScorer(), output, progress=False, output=kept).skipped
