@@ -78,9 +78,23 @@ def test_auto_on_an_accelerator_times_eager_batches_then_compiles_and_a_resume_d
     resumed.reuse_measured_choices(backend.measured_choices())
     resumed.score(ITEMS)
     assert len(fake_accelerator) == 2 + 4  # ...but the resumed job compiles every batch as the first run chose
-    fresh = TransformersBackend(model, tokenizer, batch_size=2)
-    fresh.score(ITEMS)
-    assert fresh.measured_choices()["compile"] is False and len(fake_accelerator) == 6
+    known = TransformersBackend(model, tokenizer, batch_size=2)
+    known.job_tokens = 1000  # a job the caller knows, whose compile would cost more: eager, and recorded
+    known.score(ITEMS)
+    assert known.measured_choices()["compile"] is False and len(fake_accelerator) == 6
+
+
+def test_auto_with_no_job_size_known_compiles_once_the_tokens_scored_so_far_would_repay_it(
+        model, tokenizer, fake_accelerator, monkeypatch):
+    # Each batch takes a second on the fake clock: about 25 tokens/s; two layers cost 2 s to compile, which
+    # pays back after 12 s of eager scoring, the rate being 1.2 times as fast compiled.
+    monkeypatch.setattr(compilation, "COMPILE_SECONDS_PER_LAYER", 1.0)
+    backend = TransformersBackend(model, tokenizer, batch_size=2)
+    backend.score(ITEMS)  # 4 batches: as many again would not repay the compile: eager, nothing recorded
+    assert fake_accelerator == [] and "compile" not in backend.measured_choices()
+    for _ in range(3):
+        backend.score(ITEMS)
+    assert backend.measured_choices()["compile"] is True and fake_accelerator
 
 
 def test_forced_settings_win_over_auto_and_the_cpu_never_compiles_on_auto(model, tokenizer, fake_accelerator,

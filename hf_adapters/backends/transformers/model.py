@@ -243,8 +243,9 @@ class TransformersBackend(LikelihoodBackend):
     each batch is one row of items laid end to end, position ids restarting at each item.
     ``compile`` (``"auto"``, ``"on"``, ``"off"``; default ``HF_ADAPTERS_COMPILE``, else ``"auto"``)
     runs the body under ``torch.compile``; ``"auto"`` compiles on an accelerator where the job's
-    tokens (``job_tokens``, else those of the call) at the rate timed on its first batches repay the
-    compile time (:mod:`~hf_adapters.backends.transformers.compilation`), recorded with the job.
+    tokens (``job_tokens``, else at least those of the call and as many again as scored so far) at
+    the rate timed on its eager batches repay the compile time
+    (:mod:`~hf_adapters.backends.transformers.compilation`), recorded with the job.
     ``fused_kernels`` (likewise, default ``HF_ADAPTERS_FUSED_KERNELS``) fuses the body's norms, RoPE
     and gated MLP with Liger's kernels where installed, on CUDA in bfloat16/float16
     (:mod:`~hf_adapters.backends.transformers.fused_kernels`).
@@ -355,18 +356,23 @@ class TransformersBackend(LikelihoodBackend):
 
     def _decide_compile(self, tokens: int, seconds: float, call_tokens: int) -> None:
         """Time an eager batch of ``tokens`` tokens for ``compile="auto"``; from the second on (the first
-        warms the device up), decide whether the job's tokens repay the compile time."""
+        warms the device up), decide whether the job's tokens repay the compile time. The job's tokens
+        are ``job_tokens`` where the caller set them (then the choice is final either way); else at least
+        the call's, and as many again as the backend has scored so far (a job that has run this long is
+        taken to run as long again): scoring stays eager, timed, until those repay it."""
         self._timed.append((tokens, seconds))
         timed = self._timed[1:]
         if not timed:
             return
         rate = sum(t for t, _ in timed) / max(sum(s for _, s in timed), 1e-9)
-        job = max(self.job_tokens or 0, call_tokens)
+        known = self.job_tokens is not None
+        job = self.job_tokens if known else max(call_tokens, 2 * sum(t for t, _ in self._timed))
         cost = compile_seconds(num_layers(self.model))
-        self._compile_choice = compile_pays(self._device_type(), job, rate, cost)
-        logger.info("Scoring %s: %d tokens at the measured %.0f tokens/s against about %.0f s to compile "
-                    "(set HF_ADAPTERS_COMPILE=on|off to choose).",
-                    "compiles the model" if self._compile_choice else "runs eagerly", job, rate, cost)
+        if (pays := compile_pays(self._device_type(), job, rate, cost)) or known:
+            self._compile_choice = pays
+            logger.info("Scoring %s: %d tokens at the measured %.0f tokens/s against about %.0f s to compile "
+                        "(set HF_ADAPTERS_COMPILE=on|off to choose).",
+                        "compiles the model" if self._compile_choice else "runs eagerly", job, rate, cost)
 
     def batch_limits(self, batch_size: int | None = None, packing: bool = False) -> BatchLimits:
         """What bounds a batch on the model's device: ``batch_size`` (else the backend's, else the
