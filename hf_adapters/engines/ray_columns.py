@@ -39,15 +39,18 @@ MAX_BATCHES_PER_BLOCK = 64
 
 def worker_environment() -> dict[str, str]:
     """This process's settings for the workers, where they are set (Ray starts workers with the
-    environment of the node's ``ray start``, not this one's): ``HF_ADAPTERS_CPU_LINEAR``, which changes
-    scores, ``HF_ADAPTERS_VLLM_ARGS``, the vLLM engines' arguments, and OpenMP's wait policy
+    environment of the node's ``ray start``, not this one's): ``HF_ADAPTERS_CPU_LINEAR``,
+    ``HF_ADAPTERS_COMPILE`` and ``HF_ADAPTERS_FUSED_KERNELS``, which change scores,
+    ``HF_ADAPTERS_VLLM_ARGS``, the vLLM engines' arguments, and OpenMP's wait policy
     (:mod:`hf_adapters.core.openmp`), which keeps workers that share cores fast."""
+    from hf_adapters.backends.transformers.compilation import COMPILE_ENV
     from hf_adapters.backends.transformers.cpu_kernels import CPU_LINEAR_ENV
+    from hf_adapters.backends.transformers.fused_kernels import FUSED_KERNELS_ENV
     from hf_adapters.backends.vllm import ENGINE_ARGS_ENV
     from hf_adapters.core.openmp import WAIT_POLICY_ENV
 
-    return {name: os.environ[name] for name in (CPU_LINEAR_ENV, ENGINE_ARGS_ENV, WAIT_POLICY_ENV)
-            if os.environ.get(name)}
+    names = (CPU_LINEAR_ENV, COMPILE_ENV, FUSED_KERNELS_ENV, ENGINE_ARGS_ENV, WAIT_POLICY_ENV)
+    return {name: os.environ[name] for name in names if os.environ.get(name)}
 
 
 def worker_threads(gpus_per_worker: float) -> int | None:

@@ -126,3 +126,12 @@ def test_compiled_float32_scores_on_the_cpu_stay_exact_and_compile_a_bounded_num
     assert 1 <= compiles <= 2
     assert_exact([score.nll for score in scores],
                  lambda m: [naive_nll(m, c, t, tokenizer.bos_token_id)[0] for c, t in ITEMS + ITEMS[:6]], model)
+
+
+def test_ray_workers_get_this_processs_compile_and_fused_kernels_settings(monkeypatch):
+    from hf_adapters.engines.ray_columns import worker_environment
+
+    monkeypatch.setenv(COMPILE_ENV, "off")
+    monkeypatch.setenv("HF_ADAPTERS_FUSED_KERNELS", "on")
+    settings = worker_environment()
+    assert settings[COMPILE_ENV] == "off" and settings["HF_ADAPTERS_FUSED_KERNELS"] == "on"
