@@ -8,10 +8,18 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 from collections.abc import Callable, Iterator
 
 from hf_adapters.core import plugins
-from hf_adapters.core.options import DEFAULT_BATCH_SIZE, DEFAULT_MODEL_ID, DTYPES, positive_int
+from hf_adapters.core.options import (
+    COMPILE_ENV,
+    COMPILE_SETTINGS,
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_MODEL_ID,
+    DTYPES,
+    positive_int,
+)
 from hf_adapters.core.plugins import PLUGINS_VARIABLE
 
 #: ``--batch-size none``: no row cap, over the config's; the token budget alone bounds a batch.
@@ -27,6 +35,19 @@ def batch_size_override(text: str) -> int | str:
         return positive_int(text)
     except argparse.ArgumentTypeError as error:
         raise argparse.ArgumentTypeError(f"{error}, or none (no row cap: the token budget bounds each batch)") from None
+
+
+class SetsEnvironment(argparse.Action):
+    """An option whose value also becomes the environment variable ``env`` of this process (and so of
+    the processes it starts, Ray's workers included), as the backend reads its setting from it."""
+
+    def __init__(self, *args, env: str, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.env = env
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        os.environ[self.env] = values
 
 
 def add_model_arguments(parser: argparse.ArgumentParser, *, overrides: bool = False, device: bool = True,
@@ -52,6 +73,10 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, overrides: bool = Fa
                             help="most padded tokens (rows x longest row) per forward pass of the transformers "
                             f"backend; scores do not depend on it{of_config} (default: 2,048 on the CPU; on a GPU "
                             "chosen from its free memory, at most 65,536)")
+        parser.add_argument("--compile", choices=COMPILE_SETTINGS, default=None, action=SetsEnvironment,
+                            env=COMPILE_ENV, help="run the model's body under torch.compile: auto (on a GPU, where "
+                            "the job's tokens repay the compile time), on or off; scores stay within the exactness "
+                            f"bound (default: ${COMPILE_ENV}, else auto)")
     if device:
         parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: accelerate's device)")
     if backend:

@@ -18,6 +18,10 @@ from typing import Any, TypeVar
 DEFAULT_MODEL_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 #: The dtypes a model can score in, by their canonical names (``models.resolve_dtype`` also takes aliases).
 DTYPES = ("float32", "bfloat16", "float16")
+#: Whether the transformers backend compiles the model's body (:mod:`hf_adapters.backends.transformers.compilation`),
+#: and the environment variable that says so where the backend is given no setting.
+COMPILE_SETTINGS = ("auto", "on", "off")
+COMPILE_ENV = "HF_ADAPTERS_COMPILE"
 #: Rows per batch when the caller does not say (the core also bounds each batch by a token budget).
 DEFAULT_BATCH_SIZE = 16
 #: Prompts decoding together in generation (``LikelihoodBackend.generate``) when the caller does not say.

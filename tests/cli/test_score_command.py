@@ -677,3 +677,19 @@ def test_a_full_disk_says_so_and_how_many_rows_are_saved_and_the_same_command_re
     monkeypatch.setattr(local, "append_durably", appended)
     assert main(args) == 0
     assert read_jsonl(output) == [{"id": i, "score": float(2 * (i % 3)) if i % 3 else None} for i in range(10)]
+
+
+def test_the_compile_option_sets_the_backends_compile_setting_for_the_job_and_its_workers(tmp_path, data, model_dir,
+                                                                                           monkeypatch, capsys):
+    from hf_adapters.backends.transformers.compilation import COMPILE_ENV, compile_setting
+
+    monkeypatch.setenv(COMPILE_ENV, "auto")  # restored after the test, whatever the command sets
+    text = f"name: PPLScorer\nmodel: {model_dir}\n"
+    output = tmp_path / "scores.jsonl"
+    assert cli.main(["score", config(tmp_path, text), "--data", str(data), "--output", str(output), "--no-progress",
+                     "--compile", "off"]) == 0
+    assert os.environ[COMPILE_ENV] == "off" and compile_setting() == "off"
+    with pytest.raises(SystemExit):
+        cli.main(["score", config(tmp_path, text), "--data", str(data), "--output", str(output),
+                  "--compile", "sometimes"])
+    assert "invalid choice: 'sometimes'" in capsys.readouterr().err

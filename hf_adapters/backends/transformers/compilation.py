@@ -20,9 +20,8 @@ from typing import Any
 
 import torch
 
-#: Environment variable giving the compile setting where the backend is given none.
-COMPILE_ENV = "HF_ADAPTERS_COMPILE"
-COMPILE_SETTINGS = ("auto", "on", "off")
+from hf_adapters.core.options import COMPILE_ENV, COMPILE_SETTINGS
+
 #: Measured on an NVIDIA H200 (``../shared/gpu/README.md``, 2026-11-28): the 1B Llama's body compiled
 #: in 49-55 s (16 layers) and the 8B's (32 layers) had not compiled within 100 s: about 3.5 s a layer.
 COMPILE_SECONDS_PER_LAYER = 3.5
