@@ -23,21 +23,7 @@ from nemo_curator.stages.resources import Resources
 from nemo_curator.stages.text.filters.score_filter import Filter
 from nemo_curator.tasks import DocumentBatch
 
-from hf_adapters.integrations.pipeline_scores import PipelineScores, ScoreRange
-
-
-def worker_environment(device_type: str) -> dict[str, str]:
-    """The workers' settings where the CPU kernel is pinned (``HF_ADAPTERS_CPU_LINEAR``) and the model runs on
-    the CPU: that kernel, and this process's thread count, which ``hf-adapters score`` here scores with (float32
-    sums depend on it, and Ray starts a worker with one OpenMP thread per CPU it holds, which
-    ``torch.set_num_threads`` does not undo for every kernel); else none, the executor's choice."""
-    import torch
-
-    from hf_adapters.backends.transformers.cpu_kernels import CPU_LINEAR_ENV, cpu_linear_setting
-
-    if device_type != "cpu" or (setting := cpu_linear_setting()) == "auto":
-        return {}
-    return {CPU_LINEAR_ENV: setting, "OMP_NUM_THREADS": str(torch.get_num_threads())}
+from hf_adapters.integrations.pipeline_scores import PipelineScores, ScoreRange, worker_environment
 
 
 class LikelihoodScoreStage(ProcessingStage[DocumentBatch, DocumentBatch]):

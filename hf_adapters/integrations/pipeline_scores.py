@@ -197,6 +197,22 @@ def device_type_of(identity: Mapping[str, Any] | None, device: str | None = None
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def worker_environment(device_type: str) -> dict[str, str]:
+    """The environment variables of a Ray worker that scores as this process would, where the CPU kernel is pinned
+    (``HF_ADAPTERS_CPU_LINEAR``) and the model runs on the CPU: that kernel, and this process's thread count, which
+    ``hf-adapters score`` here scores with (float32 sums depend on it, and Ray starts a worker with one OpenMP
+    thread per CPU it holds, which ``torch.set_num_threads`` does not undo for every kernel); else none, the
+    executor's choice. The NeMo Curator stage gives them to its workers; datatrove's Ray executor takes them as
+    ``ray_remote_kwargs={"runtime_env": {"env_vars": worker_environment("cpu")}}``."""
+    import torch
+
+    from hf_adapters.backends.transformers.cpu_kernels import CPU_LINEAR_ENV, cpu_linear_setting
+
+    if device_type != "cpu" or (setting := cpu_linear_setting()) == "auto":
+        return {}
+    return {CPU_LINEAR_ENV: setting, "OMP_NUM_THREADS": str(torch.get_num_threads())}
+
+
 @dataclass(frozen=True)
 class ScoreRange:
     """The filter forms' rule: keep a row whose score lies between ``min_score`` and ``max_score`` (each

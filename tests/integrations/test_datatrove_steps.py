@@ -24,6 +24,7 @@ from hf_adapters.integrations.datatrove_steps import (  # noqa: E402
     LikelihoodScores,
     conversation_document,
 )
+from hf_adapters.integrations.pipeline_scores import worker_environment  # noqa: E402
 from tests.conftest import read_jsonl, write_config, write_jsonl  # noqa: E402
 
 
@@ -161,6 +162,26 @@ def test_chat_rows_are_scored_from_their_messages(tmp_path, model_dir, exact_ker
     documents = written(tmp_path / "scored")
     for expected in read_jsonl(output):
         assert bits(documents[expected["id"]]["metadata"]["score"]) == bits(expected["score"])
+
+
+def test_datatroves_ray_executor_runs_the_step_in_its_workers_with_the_score_commands_numbers(tmp_path, model_dir,
+                                                                                          exact_kernel, ray_cluster):
+    from datatrove.executor.ray import RayPipelineExecutor
+
+    shards = alpaca_shards(tmp_path / "rows")
+    config = ifd_config(tmp_path, model_dir)
+    RayPipelineExecutor([JsonlReader(str(tmp_path / "rows"), text_key="instruction"),
+                         LikelihoodScores(config, text_column="instruction"),
+                         JsonlWriter(str(tmp_path / "scored"), compression=None)],
+                        tasks=2, workers=2, cpus_per_task=1, mem_per_cpu_gb=0.25, logging_dir=str(tmp_path / "logs"),
+                        ray_remote_kwargs={"runtime_env": {"env_vars": worker_environment("cpu")}}).run()
+    documents = written(tmp_path / "scored")
+    for shard in shards:
+        output = tmp_path / f"{shard.stem}-scores.jsonl"
+        assert main(["score", config, "--data", str(shard), "--output", str(output), "--no-progress"]) in (0, None)
+        assert [bits(documents[row["id"]]["metadata"]["score"]) for row in read_jsonl(output)] == \
+            [bits(row["score"]) for row in read_jsonl(output)]
+    assert sorted(path.name for path in (tmp_path / "logs" / "completions").iterdir()) == ["00000", "00001"]
 
 
 def test_the_steps_pickle_without_a_model_as_the_slurm_and_ray_executors_send_them(tmp_path, model_dir):
