@@ -24,8 +24,8 @@ NEMO_VENV ?= .venv-nemo
 NEMO_PY := $(NEMO_VENV)/bin/python
 NEMO_SPEC ?= nemo-curator==1.4.0
 NEMO_STAMP := $(NEMO_VENV)/.installed
-# Its stage's tests, and docs/pipelines.md's examples, NeMo Curator's included (skipped in .venv).
-NEMO_TESTS := tests/integrations/test_nemo_curator_stage.py tests/test_readme.py -k "nemo_curator_stage or pipelines"
+# Its stage's tests and the pages' NeMo Curator example (both skipped in .venv).
+NEMO_TESTS := tests/integrations/test_nemo_curator_stage.py tests/test_readme.py -k nemo_curator
 
 .PHONY: install vllm vllm-quietly nemo demo test test-estimate cpu-tests bench bench-peers bench-diversity-peers clean
 

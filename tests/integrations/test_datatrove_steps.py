@@ -93,6 +93,26 @@ def test_the_model_loads_once_per_process_for_all_the_ranks_it_runs(tmp_path, mo
     assert len(loads) == 1
 
 
+def test_a_score_set_writes_each_members_score_under_its_own_name_as_the_command_does(tmp_path, model_dir,
+                                                                                     exact_kernel):
+    shard = alpaca_shards(tmp_path / "rows")[0]
+    config = write_config(tmp_path / "set.yaml", f"model: {model_dir}\nbatch_size: 2\nscores:\n"
+                                                 "  - name: IFDScorer\n    template: '{instruction}\\n{input}\\n'\n"
+                                                 "    template_no_input: '{instruction}\\n'\n"
+                                                 "  - name: PerplexityScorer\n    text_column: output\n")
+    run_pipeline([JsonlReader(str(tmp_path / "rows"), glob_pattern=shard.name, text_key="instruction"),
+                  LikelihoodScores(config, text_column="instruction"),
+                  JsonlWriter(str(tmp_path / "scored"), compression=None)], tmp_path / "logs", tasks=1)
+    documents = written(tmp_path / "scored")
+    output = tmp_path / "scores.jsonl"
+    assert main(["score", config, "--data", str(shard), "--output", str(output), "--no-progress"]) in (0, None)
+    for expected in read_jsonl(output):
+        assert sorted(expected) == ["id", "ifd", "perplexity"]
+        metadata = documents[expected["id"]]["metadata"]
+        assert [bits(metadata["ifd"]), bits(metadata["perplexity"])] == [bits(expected["ifd"]),
+                                                                         bits(expected["perplexity"])]
+
+
 def test_a_rerun_skips_the_ranks_datatrove_marked_complete(tmp_path, model_dir):
     alpaca_shards(tmp_path / "rows")
     config = ifd_config(tmp_path, model_dir)
