@@ -1,9 +1,11 @@
 """Compiled scoring: the model's body under ``torch.compile``, where the job repays the compile time.
 
 ``compile`` is ``"auto"`` (default), ``"on"`` or ``"off"``: the backend's option, else
-``HF_ADAPTERS_COMPILE``. ``"auto"`` compiles only on an accelerator, and only where
-:func:`compile_pays`: the first batches run eagerly and are timed, and the job's tokens at that
-rate would take longer than the compile costs than compiled scoring saves. The body is compiled
+``HF_ADAPTERS_COMPILE`` (``--compile`` on the command line). ``"auto"`` compiles only on an
+accelerator, and only where :func:`compile_pays`: the batches run eagerly and are timed until the
+time compiled scoring would save on the job's tokens at that rate exceeds the compile time
+(:class:`~hf_adapters.backends.transformers.model.TransformersBackend` says how the job's tokens
+are counted). The body is compiled
 with dynamic shapes, so that batches of any rows and length share one graph: a job compiles a
 bounded number of times (PyTorch specializes a dimension of size 1, so single-row batches get a
 graph of their own; ``torch._dynamo``'s recompile limit bounds the rest). Compiled kernels fuse
