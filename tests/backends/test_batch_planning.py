@@ -213,3 +213,6 @@ def test_an_accelerator_times_candidate_budgets_on_the_first_batches_and_keeps_t
     seen.clear()
     resumed.score(items)  # no clock left to read: nothing is timed again
     assert max(seen) <= 128 and resumed.measured_choices()["max_batch_tokens"] == 128
+    capped = TransformersBackend(model, tokenizer, batch_size=4)
+    capped.score(items)  # under a row cap the candidates' batches would be the same rows: nothing is timed
+    assert capped.measured_choices()["max_batch_tokens"] == ACCELERATOR_MAX_BATCH_TOKENS

@@ -419,7 +419,7 @@ class TransformersBackend(LikelihoodBackend):
             self._fused = apply_fused_kernels(model, fused_kernels_setting(self.fused_kernels))
         measurable = self.max_batch_tokens is None and self._planned_tokens is None and self._device_type() != "cpu"
         limits = self.batch_limits(batch_size, packing)
-        if measurable:
+        if measurable and limits.rows is None:  # a row cap would make the candidates' batches alike
             self._choose_budget(scorable, limits, packing, pad_id)
             limits = self.batch_limits(batch_size, packing)
         batches = make_batches([len(item.input_ids) for item in scorable], limits.rows, limits.tokens, limits.padding)
