@@ -3,6 +3,11 @@ out-of-memory error) and how many rows a chunk holds where the job does not say
 (:func:`default_save_every`). The local engine scores and saves a chunk at a time; the Ray engine's
 workers score each block a chunk at a time.
 
+Whatever the engine, a scorer sees of each row the columns it declares (its roles' columns,
+``source_columns``, and its ``required_fields``) and the row's ``id``, nothing else
+(:class:`DeclaredRow`): one that reads another field (``row[field]``) fails on the first row, in the
+same line on every engine (:class:`UndeclaredFieldError`); ``row.get(field)`` finds it absent.
+
 Importing this module imports neither torch nor ``datasets``: the functions import what they run.
 """
 
@@ -28,6 +33,45 @@ CPU_SAVE_EVERY = DEFAULT_BATCH_SIZE
 ACCELERATOR_SAVE_EVERY = 4096
 
 
+class UndeclaredFieldError(ValueError):
+    """A scorer read a field of a row that is not among the columns it declares."""
+
+
+class DeclaredRow(dict):
+    """A row as a scorer sees it: only the fields ``declared`` (its columns and the id); reading another
+    (``row[key]``) is an :class:`UndeclaredFieldError` naming the ``scorer``, and ``row.get(key)`` finds
+    it absent.
+
+    Example:
+        >>> row = DeclaredRow({"id": 3, "output": "Hi.", "weight": 2}, ("id", "output"), "LengthScorer")
+        >>> dict(row), row.get("weight")
+        ({'id': 3, 'output': 'Hi.'}, None)
+    """
+
+    def __init__(self, row: Mapping[str, Any], declared: Sequence[str], scorer: str):
+        super().__init__((field, value) for field, value in row.items() if field in declared)
+        self.declared, self.scorer = tuple(declared), scorer
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self.declared:
+            raise undeclared_field(self.scorer, key, self.declared)
+        return super().__getitem__(key)
+
+
+def undeclared_field(scorer: str, field: Any, declared: Sequence[str]) -> UndeclaredFieldError:
+    """The error of a ``scorer`` reading ``field``, which is not among the fields ``declared``."""
+    columns = ", ".join(repr(name) for name in declared if name != "id")
+    return UndeclaredFieldError(
+        f"{scorer} reads the field {field!r} of a row, which is not among the columns it declares ({columns}): "
+        "every engine gives a scorer only those and the row's id. Give the field a role of the scorer, or read "
+        "only its columns.")
+
+
+def declared_fields(scorer: RowScorer) -> tuple[str, ...]:
+    """What a scorer sees of a row: the columns it declares (its roles' and its required fields), and the id."""
+    return tuple(dict.fromkeys([*scorer.source_columns, *scorer.required_fields, "id"]))
+
+
 def default_save_every(device_type: str) -> int:
     """Rows per chunk of a job on a device of this type when the job does not say.
 
@@ -46,14 +90,28 @@ def score_chunk(scorer: RowScorer, rows: Sequence[Mapping[str, Any]], offset: in
     half separately instead. The first output is a float, as ``scorer.score_rows`` gives it.
 
     Halving the rows halves the batch's token budget; it recurses down to a single row, and a row
-    that does not fit alone raises a RuntimeError naming it. No row is ever dropped.
+    that does not fit alone raises a RuntimeError naming it. No row is ever dropped. The scorer sees
+    of each row only its declared fields (:class:`DeclaredRow`); reading another is an
+    :class:`UndeclaredFieldError`.
     """
+    declared, name = declared_fields(scorer), getattr(scorer, "name", "") or type(scorer).__name__
+    seen = [DeclaredRow(row, declared, name) for row in rows]
+    return _scored(scorer, seen, offset, columns or {scorer.outputs[0]: SCORE})
+
+
+def _scored(scorer: RowScorer, rows: Sequence[DeclaredRow], offset: int,
+            columns: Mapping[str, str]) -> list[dict[str, Any]]:
+    """:func:`score_chunk` of rows as the scorer sees them."""
     from hf_adapters.backends.base import is_out_of_memory
     from hf_adapters.scorers.base import row_name
 
-    columns = columns or {scorer.outputs[0]: SCORE}
     try:
         values = _output_values(scorer, rows, offset, list(columns))
+    except KeyError as error:  # a batch of columns read for a column the scorer does not declare
+        field = error.args[0] if len(error.args) == 1 else None
+        if not isinstance(field, str) or not rows or field in rows[0].declared:
+            raise
+        raise undeclared_field(rows[0].scorer, field, rows[0].declared) from None
     except RuntimeError as error:
         if not is_out_of_memory(error):
             raise
@@ -79,8 +137,8 @@ def score_chunk(scorer: RowScorer, rows: Sequence[Mapping[str, Any]], offset: in
         "Out of memory on rows %d-%d (%s); halving the batch and retrying as %d + %d rows.",
         offset, offset + len(rows) - 1, message, half, len(rows) - half,
     )
-    return (score_chunk(scorer, rows[:half], offset, columns)
-            + score_chunk(scorer, rows[half:], offset + half, columns))
+    return (_scored(scorer, rows[:half], offset, columns)
+            + _scored(scorer, rows[half:], offset + half, columns))
 
 
 def _output_values(scorer: RowScorer, rows: Sequence[Mapping[str, Any]], offset: int,

@@ -51,7 +51,7 @@ from tqdm.auto import tqdm
 
 from hf_adapters.core.options import non_negative_float, positive_int
 from hf_adapters.engines.base import Engine, EngineError, ScoringJob
-from hf_adapters.engines.chunks import default_save_every
+from hf_adapters.engines.chunks import declared_fields, default_save_every
 from hf_adapters.engines.job_files import (
     FILE_PER_BLOCK,
     PARTS,
@@ -313,7 +313,7 @@ class _Run:
 
         ray, data = self.ray, self.data
         shipped = data.column_names if self.output.keep_columns else \
-            [column for column in data.column_names if column in {*scorer.source_columns, "id"}]
+            [column for column in data.column_names if column in declared_fields(scorer)]
         items = [{"shard": index, "starts": starts} for index, starts in todo.items()]
         shards = ray.data.from_items(items, override_num_blocks=len(items))
         shards.context.target_max_block_size = 1  # each block of rows a block of Ray's, whatever its size

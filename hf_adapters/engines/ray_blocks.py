@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hf_adapters.core.wording import FULL_DISK
-from hf_adapters.engines.chunks import score_chunk
+from hf_adapters.engines.chunks import UndeclaredFieldError, score_chunk
 from hf_adapters.engines.job_files import scored_record
 from hf_adapters.engines.ray_parts import block_name, save_part
 from hf_adapters.engines.ray_shards import ShardedData, block_tables
@@ -76,7 +76,8 @@ class ScoreBlocks:
     ``columns`` (output -> column) as the block's part in ``work_dir``
     (:func:`~hf_adapters.engines.ray_parts.save_part`; Parquet of ``schema``). It returns the
     block's name, rows and valid scores, and, with ``check`` (a stream, not checked before), the
-    error ``check_rows`` raised for a bad row, the block unsaved; a part that a full disk (no space
+    error ``check_rows`` raised for a bad row, the block unsaved (as it does a scorer reading a field it
+    does not declare); a part that a full disk (no space
     left, or the disk quota exceeded) left unsaved returns its OSError's errno, message and file
     name, which the command raises again as its own. ``threads`` sets torch's thread
     count (see :func:`~hf_adapters.engines.ray_columns.worker_threads`)."""
@@ -109,8 +110,12 @@ class ScoreBlocks:
                         if (problem := not_an_id(row.get("id"))) is not None), None):
             return _summary(block, 0, 0, f"Row {bad[0]} of the data: {bad[1]}")  # a source read unchecked
         cells = []
-        for start in range(0, len(rows), self.rows_per_chunk):
-            cells += score_chunk(self.scorer, rows[start:start + self.rows_per_chunk], first_row + start, self.columns)
+        try:
+            for start in range(0, len(rows), self.rows_per_chunk):
+                cells += score_chunk(self.scorer, rows[start:start + self.rows_per_chunk], first_row + start,
+                                     self.columns)
+        except UndeclaredFieldError as error:  # the command says it as the local engine does
+            return _summary(block, 0, 0, str(error))
         names = list(self.columns.values())
         scored = (scored_record(row, index, values) for index, (row, values) in enumerate(zip(rows, cells, strict=True),
                                                                                          first_row))

@@ -596,6 +596,51 @@ def test_a_full_disk_in_a_worker_says_how_many_rows_are_saved_and_the_same_comma
     assert read_jsonl(output) == [{"id": i, "score": float(2 * (i % 5))} for i in range(40)]
 
 
+# --- Issue 61: what a scorer sees of a row, the same on every engine -------------------------------------------------
+
+#: A plugin module: a scorer of the output's length that also reads a field it does not declare.
+UNDECLARED_PLUGIN = """from hf_adapters.scorers import RowScorer, register_scorer
+
+
+@register_scorer
+class WeightedLength(RowScorer):
+    name = "WeightedLength"
+    options = {"batch_size": 4}
+    roles = {"output": "output"}
+    text_roles = ("output",)
+
+    def score_rows(self, rows, first_row=0):
+        return [len(row["output"]) * row["weight"] for row in rows]
+"""
+
+
+@pytest.mark.usefixtures("ray_cluster")
+def test_a_scorer_reading_a_field_it_does_not_declare_fails_in_the_same_line_on_every_engine(tmp_path, capsys,
+                                                                                           monkeypatch):
+    """The local engine handed a scorer every field of a row and the Ray engine its declared columns: a
+    scorer reading another field worked locally and failed on Ray with a KeyError (issue 61)."""
+    from hf_adapters.engines.work_folder import work_dir_for
+    from hf_adapters.scorers.base import SCORERS
+
+    (tmp_path / "weighted_length.py").write_text(UNDECLARED_PLUGIN, encoding="utf-8")
+    (tmp_path / "weighted.yaml").write_text("name: WeightedLength\n", encoding="utf-8")
+    rows = write_jsonl(tmp_path / "rows.jsonl", [{"id": i, "output": "ab" * i, "weight": 2} for i in range(10)])
+    output = tmp_path / "out.jsonl"
+    monkeypatch.syspath_prepend(str(tmp_path))
+    ray = ("--engine", "ray", "--num-workers", "1", "--rows-per-block", "4")
+    try:
+        for flags in ((), ("--keep-columns",), ray, (*ray, "--keep-columns")):
+            assert score(str(tmp_path / "weighted.yaml"), rows, output, "--plugin", "weighted_length", *flags) == 2
+            assert capsys.readouterr().err.strip().splitlines() == [
+                "error: WeightedLength reads the field 'weight' of a row, which is not among the columns it declares "
+                "('output'): every engine gives a scorer only those and the row's id. Give the field a role of the "
+                "scorer, or read only its columns."], flags
+            assert not output.exists() and not work_dir_for(output).exists()
+    finally:
+        sys.modules.pop("weighted_length", None)
+        SCORERS.pop("WeightedLength", None)
+
+
 # --- Issue 59: a resume writes its parts as they are, or is refused naming the option; the layouts of the output -----
 
 
