@@ -15,7 +15,8 @@ IFD's ``instruction``, ``input`` and ``output``; chat rows keep their ``messages
 
 The model is loaded in the worker, on the first document it scores, once per process (datatrove copies
 the steps for each rank; loaded models are kept process-wide). A rerun skips the ranks datatrove marked
-complete; a killed rank starts again from its first document (see docs/pipelines.md).
+complete; a killed rank starts again from its first document (see docs/pipelines.md). Imported before torch,
+this module makes OpenMP's threads wait passively (``OMP_WAIT_POLICY``, unless it is set), as the command does.
 """
 
 from __future__ import annotations
@@ -31,7 +32,12 @@ from datatrove.pipeline.filters.base_filter import BaseFilter
 from datatrove.pipeline.writers.disk_base import DiskWriter
 from datatrove.utils.batching import batched
 
+from hf_adapters.core.openmp import wait_passively
 from hf_adapters.integrations.pipeline_scores import PipelineScores, ScoreRange
+
+# As the command does for itself: OpenMP threads that wait passively, in this process and the workers datatrove
+# starts, where torch is not imported yet (spinning threads slow scoring on a busy machine severalfold).
+wait_passively()
 
 #: A function from a document to the scorer's row.
 RowAdapter = Callable[[Document], Mapping[str, Any]]

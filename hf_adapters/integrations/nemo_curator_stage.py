@@ -6,7 +6,9 @@ config's scores (one scorer or a score set, the YAML files ``hf-adapters score``
 columns named as the command's score files name them (``score`` for one scorer's score, each member's name
 for a score set). It is an actor stage: each worker builds the scorer and loads its model once, in
 ``setup``, and scores every batch it is given, a chunk of rows at a time as the command does, so the
-numbers are the command's for the same rows. It asks for a GPU only where the model runs on one.
+numbers are the command's for the same rows. It asks for a GPU only where the model runs on one; on the CPU
+its workers get the command's OpenMP wait policy, and its kernel and thread count where the kernel is pinned
+(:func:`~hf_adapters.integrations.pipeline_scores.worker_environment`).
 :class:`LikelihoodScoreFilter` is the composite of that stage and NeMo Curator's ``Filter`` on a score
 range. A row the scorer refuses gets NaN and a warning; the pipeline goes on.
 """

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -198,19 +199,24 @@ def device_type_of(identity: Mapping[str, Any] | None, device: str | None = None
 
 
 def worker_environment(device_type: str) -> dict[str, str]:
-    """The environment variables of a Ray worker that scores as this process would, where the CPU kernel is pinned
-    (``HF_ADAPTERS_CPU_LINEAR``) and the model runs on the CPU: that kernel, and this process's thread count, which
-    ``hf-adapters score`` here scores with (float32 sums depend on it, and Ray starts a worker with one OpenMP
-    thread per CPU it holds, which ``torch.set_num_threads`` does not undo for every kernel); else none, the
-    executor's choice. The NeMo Curator stage gives them to its workers; datatrove's Ray executor takes them as
-    ``ray_remote_kwargs={"runtime_env": {"env_vars": worker_environment("cpu")}}``."""
+    """The environment variables of a Ray worker that scores on the CPU as this process's ``hf-adapters score``
+    would: OpenMP's wait policy (this process's, else passive, as the command sets it for itself: spinning
+    threads slow scoring on a busy machine, :mod:`hf_adapters.core.openmp`) and, where the CPU kernel is pinned
+    (``HF_ADAPTERS_CPU_LINEAR``), that kernel and this process's thread count (float32 sums depend on it, and Ray
+    starts a worker with one OpenMP thread per CPU it holds, which ``torch.set_num_threads`` does not undo for
+    every kernel). None on an accelerator. The NeMo Curator stage gives them to its workers; datatrove's Ray
+    executor takes them as ``ray_remote_kwargs={"runtime_env": {"env_vars": worker_environment("cpu")}}``."""
+    if device_type != "cpu":
+        return {}
     import torch
 
     from hf_adapters.backends.transformers.cpu_kernels import CPU_LINEAR_ENV, cpu_linear_setting
+    from hf_adapters.core.openmp import PASSIVE, WAIT_POLICY_ENV
 
-    if device_type != "cpu" or (setting := cpu_linear_setting()) == "auto":
-        return {}
-    return {CPU_LINEAR_ENV: setting, "OMP_NUM_THREADS": str(torch.get_num_threads())}
+    settings = {WAIT_POLICY_ENV: os.environ.get(WAIT_POLICY_ENV, PASSIVE)}
+    if (kernel := cpu_linear_setting()) != "auto":
+        settings.update({CPU_LINEAR_ENV: kernel, "OMP_NUM_THREADS": str(torch.get_num_threads())})
+    return settings
 
 
 @dataclass(frozen=True)

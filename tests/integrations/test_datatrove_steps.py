@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import pickle
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -25,7 +28,7 @@ from hf_adapters.integrations.datatrove_steps import (  # noqa: E402
     conversation_document,
 )
 from hf_adapters.integrations.pipeline_scores import worker_environment  # noqa: E402
-from tests.conftest import read_jsonl, write_config, write_jsonl  # noqa: E402
+from tests.conftest import ROOT, read_jsonl, write_config, write_jsonl  # noqa: E402
 
 
 def alpaca_shards(folder: Path) -> list[Path]:
@@ -202,6 +205,15 @@ def test_datatroves_ray_executor_runs_the_step_in_its_workers_with_the_score_com
         assert [bits(documents[row["id"]]["metadata"]["score"]) for row in read_jsonl(output)] == \
             [bits(row["score"]) for row in read_jsonl(output)]
     assert sorted(path.name for path in (tmp_path / "logs" / "completions").iterdir()) == ["00000", "00001"]
+
+
+def test_importing_the_steps_before_torch_makes_openmp_wait_passively_as_the_command_does():
+    code = ("import os, sys\nimport hf_adapters.integrations.datatrove_steps\n"
+            "assert 'torch' not in sys.modules\nprint(os.environ.get('OMP_WAIT_POLICY'))")
+    env = {name: value for name, value in os.environ.items() if name != "OMP_WAIT_POLICY"}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["PASSIVE"]
 
 
 def test_the_steps_pickle_without_a_model_as_the_slurm_and_ray_executors_send_them(tmp_path, model_dir):

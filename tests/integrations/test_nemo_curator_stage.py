@@ -15,6 +15,7 @@ pytest.importorskip("nemo_curator", reason="NeMo Curator is not installed here: 
 
 import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
+import torch  # noqa: E402
 from nemo_curator.backends.ray_actor_pool import RayActorPoolExecutor  # noqa: E402
 from nemo_curator.pipeline import Pipeline  # noqa: E402
 from nemo_curator.stages.text.io.reader import JsonlReader  # noqa: E402
@@ -50,6 +51,19 @@ def test_the_stage_asks_for_no_gpu_on_the_cpu_and_names_its_columns_as_the_score
     assert stage.outputs() == (["data"], ["score", "ppl_conditional", "ppl_direct"])
     assert stage.ray_stage_spec()["is_actor_stage"]
     assert LikelihoodScoreStage(ifd_config(tmp_path, model_dir), device="cuda").resources.gpus == 1.0
+
+
+def test_the_workers_on_the_cpu_wait_passively_and_get_a_pinned_kernel_with_this_processs_threads(
+        tmp_path, model_dir, monkeypatch):
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.delenv("HF_ADAPTERS_CPU_LINEAR", raising=False)
+    assert LikelihoodScoreStage(ifd_config(tmp_path, model_dir), device="cpu").runtime_env == \
+        {"env_vars": {"OMP_WAIT_POLICY": "PASSIVE"}}
+    monkeypatch.setenv("HF_ADAPTERS_CPU_LINEAR", "onednn")
+    threads = str(torch.get_num_threads())
+    assert LikelihoodScoreStage(ifd_config(tmp_path, model_dir), device="cpu").runtime_env["env_vars"] == \
+        {"OMP_WAIT_POLICY": "PASSIVE", "HF_ADAPTERS_CPU_LINEAR": "onednn", "OMP_NUM_THREADS": threads}
+    assert LikelihoodScoreStage(ifd_config(tmp_path, model_dir), device="cuda").runtime_env is None
 
 
 def test_a_row_the_scorer_refuses_gets_nan_and_a_warning_and_the_batch_goes_on(tmp_path, model_dir, caplog):
