@@ -131,18 +131,28 @@ class PipelineScores:
         return scores
 
     def _scored_chunk(self, rows: Sequence[Mapping[str, Any]], offset: int) -> list[dict[str, Any]]:
+        """The chunk's cells: its accepted rows scored together (each run of them between refused rows as one
+        call, so that messages name every row by its own number), a refused row's NaN."""
         scorer = self.load()
-        good = [index for index, row in enumerate(rows) if self._accepted(scorer, row, offset + index)]
-        cells = [self._nan_cells()] * len(rows)
+        accepted = [self._accepted(scorer, row, offset + index) for index, row in enumerate(rows)]
+        cells: list[dict[str, Any]] = []
+        start = 0
+        while start < len(rows):
+            stop = start + 1
+            while stop < len(rows) and accepted[stop] == accepted[start]:
+                stop += 1
+            run = rows[start:stop]
+            cells += self._run_cells(scorer, run, offset + start) if accepted[start] else [self._nan_cells()] * len(run)
+            start = stop
+        return cells
+
+    def _run_cells(self, scorer: Any, rows: Sequence[Mapping[str, Any]], offset: int) -> list[dict[str, Any]]:
         try:
-            scored = self._cells(scorer, [rows[index] for index in good], offset) if good else []
+            return self._cells(scorer, rows, offset)
         except (ValueError, TypeError) as error:
             logger.warning("Scoring rows %d-%d failed (%s); scoring them one by one.", offset,
                            offset + len(rows) - 1, error)
-            scored = [self._row_cells(scorer, rows[index], offset + index) for index in good]
-        for index, row_cells in zip(good, scored, strict=True):
-            cells[index] = row_cells
-        return cells
+            return [self._row_cells(scorer, row, offset + index) for index, row in enumerate(rows)]
 
     def _accepted(self, scorer: Any, row: Mapping[str, Any], number: int) -> bool:
         try:
