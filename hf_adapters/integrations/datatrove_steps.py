@@ -84,7 +84,7 @@ class _DocumentScores:
     def score_documents(self, documents: Sequence[Document]) -> None:
         """Write each document's scores into its metadata (NaN, with a warning, where a row is refused)."""
         rows = [self.adapter(document) for document in documents]
-        scores = self.scores.score(rows, self.documents_scored)
+        scores = self.scores.score_columns(rows, self.documents_scored)
         self.documents_scored += len(documents)
         first = next(iter(scores))
         for position, document in enumerate(documents):

@@ -72,7 +72,7 @@ class LikelihoodScoreStage(ProcessingStage[DocumentBatch, DocumentBatch]):
         import pyarrow as pa
 
         table = task.to_pyarrow()
-        scores = self.scores.score(table.to_pylist())
+        scores = self.scores.score_columns(table.to_pylist())
         table = table.drop_columns([column for column in scores if column in table.column_names])
         for column, values in scores.items():
             table = table.append_column(column, pa.array(values, from_pandas=False))

@@ -117,7 +117,7 @@ class PipelineScores:
             return self._rows_per_call
         return DEFAULT_BATCH_SIZE if self.device_type == "cpu" else ACCELERATOR_ROWS_PER_CALL
 
-    def score(self, rows: Sequence[Mapping[str, Any]], first_row: int = 0) -> dict[str, list]:
+    def score_columns(self, rows: Sequence[Mapping[str, Any]], first_row: int = 0) -> dict[str, list]:
         """``{column: one value per row}`` for ``rows`` (``first_row``: the first one's number, for
         messages), a chunk of :attr:`rows_per_call` at a time. A row the scorer refuses (a missing or
         non-string field) gets NaN in every column, with a warning naming it; a chunk whose scoring
