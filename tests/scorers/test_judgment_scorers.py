@@ -176,26 +176,14 @@ def test_a_stopped_judgment_job_resumes_to_the_bytes_of_an_uninterrupted_run(mod
                                                                               monkeypatch, stopped):
     from datasets import Dataset
 
-    from hf_adapters.engines.local import run_scoring_job
     from hf_adapters.scorers import RewardModelScorer
-    from tests.scorers.test_score_sets import StopAfter
+    from tests.scorers.test_score_sets import assert_a_stopped_job_resumes_to_the_whole_runs_bytes
 
     config, cls = {"set": ({"scores": JUDGMENT_SET, "model": model_dir, "batch_size": 2}, ScoreSet),
                    "reward": ({"name": "SkyworkRewardScorer", "model": reward_dir, "batch_size": 2},
                               RewardModelScorer)}[stopped]
     data = Dataset.from_list(id_rows(3))
-    output = tmp_path / "out.jsonl"
-    with monkeypatch.context() as patch:
-        patch.setattr(cls, "score_batch", StopAfter(2)(cls.score_batch))
-        with pytest.raises(KeyboardInterrupt):
-            run_scoring_job(data, build_scorer(config), output, progress=False, data_fingerprint="rows", save_every=2)
-    assert not output.exists()
-    summary = run_scoring_job(data, build_scorer(config), output, progress=False, data_fingerprint="rows",
-                              save_every=2)
-    assert (summary.rows, summary.scored) == (12, 8)
-    run_scoring_job(data, build_scorer(config), tmp_path / "whole.jsonl", progress=False, data_fingerprint="rows",
-                    save_every=2)
-    assert output.read_bytes() == (tmp_path / "whole.jsonl").read_bytes()
+    assert_a_stopped_job_resumes_to_the_whole_runs_bytes(data, config, cls, tmp_path, monkeypatch)
 
 
 def test_summary_and_compare_read_the_judgment_columns_of_a_jobs_output(model_dir, tmp_path, capsys):

@@ -269,14 +269,12 @@ class StopAfter:
         return score_batch
 
 
-def test_a_stopped_set_job_resumes_to_the_bytes_of_an_uninterrupted_run(tmp_path, model_dir, monkeypatch):
-    rows = [{**row, "id": f"{row['id']}{copy}"} for copy in range(3) for row in ROWS]
-    data = Dataset.from_list([{key: row[key] for key in ("id", "instruction", "input", "output")} for row in rows])
-    config = {"scores": ["IFDScorer", "PPLScorer", {"name": "HESScorer", "convention": "exact"}],
-              "model": model_dir, "batch_size": 2}
+def assert_a_stopped_job_resumes_to_the_whole_runs_bytes(data, config, scorer_class, tmp_path, monkeypatch):
+    """Stops a job of ``config`` over ``data`` (12 rows) after two batches of two rows, reruns it, and checks that
+    the rerun scores only the other 8 rows and writes the bytes of an uninterrupted run."""
     output = tmp_path / "out.jsonl"
     with monkeypatch.context() as patch:
-        patch.setattr(ScoreSet, "score_batch", StopAfter(2)(ScoreSet.score_batch))
+        patch.setattr(scorer_class, "score_batch", StopAfter(2)(scorer_class.score_batch))
         with pytest.raises(KeyboardInterrupt):
             run_scoring_job(data, build_scorer(config), output, progress=False, data_fingerprint="rows", save_every=2)
     assert not output.exists()
@@ -286,6 +284,14 @@ def test_a_stopped_set_job_resumes_to_the_bytes_of_an_uninterrupted_run(tmp_path
     run_scoring_job(data, build_scorer(config), tmp_path / "whole.jsonl", progress=False, data_fingerprint="rows",
                     save_every=2)
     assert output.read_bytes() == (tmp_path / "whole.jsonl").read_bytes()
+
+
+def test_a_stopped_set_job_resumes_to_the_bytes_of_an_uninterrupted_run(tmp_path, model_dir, monkeypatch):
+    rows = [{**row, "id": f"{row['id']}{copy}"} for copy in range(3) for row in ROWS]
+    data = Dataset.from_list([{key: row[key] for key in ("id", "instruction", "input", "output")} for row in rows])
+    config = {"scores": ["IFDScorer", "PPLScorer", {"name": "HESScorer", "convention": "exact"}],
+              "model": model_dir, "batch_size": 2}
+    assert_a_stopped_job_resumes_to_the_whole_runs_bytes(data, config, ScoreSet, tmp_path, monkeypatch)
 
 
 def test_changing_one_members_option_is_another_job(tmp_path, model_dir, monkeypatch):
