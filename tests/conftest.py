@@ -300,6 +300,7 @@ def executors_ray(monkeypatch) -> Iterator[dict[str, list[int]]]:
     found["stopped"] += sorted(ours)
     shutil.rmtree(folder, ignore_errors=True)
 
+
 def lm_eval_logs_to_this_stderr() -> None:
     """Point lm-eval's own stream handlers, set up by an earlier test on the stderr of its time, at this
     test's ``sys.stderr`` (which pytest's capture replaces per test), before running its command line."""
