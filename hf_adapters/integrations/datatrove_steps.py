@@ -15,8 +15,10 @@ IFD's ``instruction``, ``input`` and ``output``; chat rows keep their ``messages
 
 The model is loaded in the worker, on the first document it scores, once per process (datatrove copies
 the steps for each rank; loaded models are kept process-wide). A rerun skips the ranks datatrove marked
-complete; a killed rank starts again from its first document (see docs/pipelines.md). Imported before torch,
-this module makes OpenMP's threads wait passively (``OMP_WAIT_POLICY``, unless it is set), as the command does.
+complete; a killed rank starts again from its first document (see docs/pipelines.md). As the command does
+for itself, a step makes OpenMP's threads wait passively (``OMP_WAIT_POLICY``, unless it is set) where it
+first imports torch: when it is built (it builds its scorer to check the config) and when a worker that has
+not imported torch yet starts to run it. Importing this module changes nothing.
 """
 
 from __future__ import annotations
@@ -34,10 +36,6 @@ from datatrove.utils.batching import batched
 
 from hf_adapters.core.openmp import wait_passively
 from hf_adapters.integrations.pipeline_scores import PipelineScores, ScoreRange
-
-# As the command does for itself: OpenMP threads that wait passively, in this process and the workers datatrove
-# starts, where torch is not imported yet (spinning threads slow scoring on a busy machine severalfold).
-wait_passively()
 
 #: A function from a document to the scorer's row.
 RowAdapter = Callable[[Document], Mapping[str, Any]]
@@ -77,12 +75,15 @@ class _DocumentScores:
     def _set_up_scores(self, config: str | Path | Mapping[str, Any], text_column: str, adapter: RowAdapter | None,
                        score_columns: str | Sequence[str] | None, device: str | None,
                        rows_per_call: int | None) -> None:
+        # Before the scorer imports torch, as the command does: spinning threads slow scoring on a busy machine.
+        wait_passively()
         self.scores = PipelineScores(config, score_columns=score_columns, device=device, rows_per_call=rows_per_call)
         self.adapter = adapter or functools.partial(document_row, text_column=text_column)
         self.documents_scored = 0
 
     def score_documents(self, documents: Sequence[Document]) -> None:
         """Write each document's scores into its metadata (NaN, with a warning, where a row is refused)."""
+        wait_passively()  # a worker's first batch, before its model loads (a no-op once torch is imported)
         rows = [self.adapter(document) for document in documents]
         scores = self.scores.score_columns(rows, self.documents_scored)
         self.documents_scored += len(documents)

@@ -207,13 +207,25 @@ def test_datatroves_ray_executor_runs_the_step_in_its_workers_with_the_score_com
     assert sorted(path.name for path in (tmp_path / "logs" / "completions").iterdir()) == ["00000", "00001"]
 
 
-def test_importing_the_steps_before_torch_makes_openmp_wait_passively_as_the_command_does():
-    code = ("import os, sys\nimport hf_adapters.integrations.datatrove_steps\n"
-            "assert 'torch' not in sys.modules\nprint(os.environ.get('OMP_WAIT_POLICY'))")
+def _wait_policies(code: str) -> list[str]:
+    """What ``code`` prints, run in a fresh process whose environment has no OpenMP wait policy."""
     env = {name: value for name, value in os.environ.items() if name != "OMP_WAIT_POLICY"}
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["PASSIVE"]
+    return result.stdout.split()
+
+
+def test_importing_the_steps_leaves_the_process_environment_alone():
+    code = ("import os, sys\nimport hf_adapters.integrations.datatrove_steps\n"
+            "assert 'torch' not in sys.modules\nprint(os.environ.get('OMP_WAIT_POLICY', 'unset'))")
+    assert _wait_policies(code) == ["unset"]
+
+
+def test_building_a_step_before_torch_makes_openmp_wait_passively_as_the_command_does():
+    code = ("import os, sys\nfrom hf_adapters.integrations.datatrove_steps import LikelihoodScores\n"
+            "LikelihoodScores({'name': 'IFEvalScorer'})\n"
+            "assert 'torch' in sys.modules\nprint(os.environ.get('OMP_WAIT_POLICY'))")
+    assert _wait_policies(code) == ["PASSIVE"]
 
 
 def test_the_steps_pickle_without_a_model_as_the_slurm_and_ray_executors_send_them(tmp_path, model_dir):
