@@ -53,7 +53,8 @@ def read_rows(source: str | Path, *, split: str | None = None, streaming: bool =
     ``save_to_disk`` folder (of a ``DatasetDict``: ``split`` names the split); or a data set id on the
     hub (``split`` names the split, default ``train``; offline, a clear error). Shards must all be of
     one type and hold the same columns, each of one type; shards of no rows are skipped. A name is
-    a name: a file is read as itself, even where its name holds a glob's characters (``p[1].jsonl``).
+    a name: a file is read as itself, even where its name holds a glob's characters (``p[1].jsonl``) or
+    fsspec's ``::`` (``rows::v2.jsonl``).
     Every shard is read through once before the rows are loaded: an error names the file, the
     line and what is wrong with it.
 
@@ -143,7 +144,34 @@ def loader_pattern(file: Path) -> str:
         >>> loader_pattern(Path("/data/p[1].jsonl"))
         '/data/p[[]1].jsonl'
     """
-    return glob.escape(str(readable_path(file)))
+    return glob.escape(str(_unchained(readable_path(file))))
+
+
+def _unchained(path: Path) -> Path:
+    """``path``, or where its name holds fsspec's ``::`` (which the loader reads as URLs chained, as in
+    ``rows::v2.jsonl``), a link to it whose name does not, in the cache folder's ``linked/`` (one per
+    file, named by its absolute path)."""
+    if "::" not in str(path):
+        return path
+    from hf_adapters.backends.loading import cache_folder
+
+    target = path.resolve()
+    key = hashlib.sha256(str(target).encode()).hexdigest()[:32]
+    link = cache_folder() / "linked" / key / path.name.replace(":", "_")
+    if not (link.is_symlink() and link.resolve() == target):
+        from hf_adapters.backends.loading import CACHE_ENV
+
+        partial = link.with_name(f".{link.name}.{os.getpid()}.partial")
+        try:
+            link.parent.mkdir(parents=True, exist_ok=True)
+            partial.unlink(missing_ok=True)
+            partial.symlink_to(target)
+            os.replace(partial, link)
+        except OSError as error:
+            raise ValueError(f"Cannot read {str(path)!r}: a name holding '::' is read through a link in the cache "
+                             f"folder {link.parent}, which cannot be written ({error.strerror or error}); set "
+                             f"{CACHE_ENV} to a folder this process can write, or rename the file.") from None
+    return link
 
 
 def _with_rows(files: list[Path], source: str, loader: str) -> list[Path]:

@@ -143,6 +143,22 @@ def test_a_file_whose_name_holds_glob_characters_is_read_as_that_file(tmp_path, 
     assert data_fingerprint(named) == data_fingerprint(write_jsonl(tmp_path / "copy.jsonl", ROWS[5:7]))
 
 
+@pytest.mark.parametrize("streaming", [[], ["--streaming"]])
+def test_a_file_whose_name_holds_a_double_colon_is_read_as_that_file(tmp_path, monkeypatch, streaming):
+    """``--data rows::v2.jsonl`` (a path, alone or in a folder) reads that file: fsspec's ``::``, which
+    chains URLs, is part of a local name that exists."""
+    monkeypatch.setenv("HF_ADAPTERS_CACHE", str(tmp_path / "cache"))
+    folder = tmp_path / "shards"
+    folder.mkdir()
+    named = write_jsonl(folder / "rows::v2.jsonl", ROWS[:3])
+
+    def ids(output: str) -> list[str]:
+        return [json.loads(line)["id"] for line in output.splitlines()]
+
+    for data in (named, folder):
+        assert ids(score(tmp_path, data, *streaming)) == ["r00", "r01", "r02"]
+
+
 def test_an_output_matching_the_data_glob_is_refused(tmp_path, capsys):
     write_jsonl(tmp_path / "a.jsonl", ROWS)
     assert cli.main(["score", config(tmp_path), "--data", f"{tmp_path}/*.jsonl", "--output",
