@@ -158,6 +158,27 @@ def test_no_engine_imports_another_engine_and_what_they_share_imports_none():
     assert crossing == []
 
 
+def test_the_default_engine_and_the_entry_point_groups_are_each_written_once():
+    """One constant each, in the core (``--help`` names the groups without importing torch)."""
+    from hf_adapters.core.plugins import BACKEND_GROUP, ENGINE_GROUP, SCORER_GROUP
+
+    groups = {BACKEND_GROUP, ENGINE_GROUP, SCORER_GROUP}
+    defined, written = [], []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        where = path.relative_to(PACKAGE).as_posix()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Assign) and any(getattr(target, "id", None) == "DEFAULT_ENGINE"
+                                                    for target in node.targets):
+                defined.append(where)
+            if isinstance(node, ast.Constant) and node.value in groups:
+                written.append(f"{where}: {node.value}")
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "get" and \
+                    any(isinstance(arg, ast.Constant) and arg.value == "local" for arg in node.args[1:]):
+                defined.append(f"{where} (a literal default)")
+    assert defined == ["core/options.py"]
+    assert sorted(written) == sorted(f"core/plugins.py: {group}" for group in groups)
+
+
 def test_the_top_level_holds_packages_and_a_handful_of_modules():
     modules = sorted(path.name for path in PACKAGE.glob("*.py"))
     assert modules == ["__init__.py", "__main__.py", "_moved.py"]

@@ -21,10 +21,9 @@ from hf_adapters.backends.transformers.model import TransformersBackend, score_c
 from hf_adapters.backends.transformers.reward_model import RewardModelBackend
 from hf_adapters.backends.vllm import VLLMBackend
 from hf_adapters.core.options import OptionSpec, check_batch_size
+from hf_adapters.core.plugins import BACKEND_GROUP
 from hf_adapters.core.registry import Registry
 
-#: The entry point group of backends: ``NAME = "module:LikelihoodBackendSubclass"``.
-BACKEND_GROUP = "hf_adapters.backends"
 #: Backend classes by the name a config's ``backend:`` key gives (a :class:`Registry`).
 BACKENDS: Registry[LikelihoodBackend] = Registry("backend", LikelihoodBackend, group=BACKEND_GROUP,
                                                  where_named="in the config", guide="docs/guides/adding_a_backend.md")

@@ -20,7 +20,7 @@ from hf_adapters.core.options import (
     DTYPES,
     positive_int,
 )
-from hf_adapters.core.plugins import PLUGINS_VARIABLE
+from hf_adapters.core.plugins import BACKEND_GROUP, PLUGINS_VARIABLE, SCORER_GROUP
 
 #: ``--batch-size none``: no row cap, over the config's; the token budget alone bounds a batch.
 NO_ROW_CAP = "none"
@@ -91,7 +91,7 @@ def add_plugin_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plugin", action="append", metavar="MODULE",
                         help=f"import MODULE first, e.g. one that registers a backend or scorer (register_backend, "
                         f"register_scorer); repeatable; also ${PLUGINS_VARIABLE}=MOD1,MOD2. Installed packages' "
-                        "entry points in the groups hf_adapters.backends and hf_adapters.scorers need no option")
+                        f"entry points in the groups {BACKEND_GROUP} and {SCORER_GROUP} need no option")
 
 
 def import_plugins(args: argparse.Namespace) -> None:

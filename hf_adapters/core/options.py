@@ -22,6 +22,8 @@ DTYPES = ("float32", "bfloat16", "float16")
 #: and the environment variable that says so where the backend is given no setting.
 COMPILE_SETTINGS = ("auto", "on", "off")
 COMPILE_ENV = "HF_ADAPTERS_COMPILE"
+#: The engine ``hf-adapters score`` runs without ``--engine``, and that of a job whose manifest names none.
+DEFAULT_ENGINE = "local"
 #: Rows per batch when the caller does not say (the core also bounds each batch by a token budget).
 DEFAULT_BATCH_SIZE = 16
 #: Prompts decoding together in generation (``LikelihoodBackend.generate``) when the caller does not say.

@@ -20,6 +20,11 @@ from hf_adapters.core.registry import PluginError, error_in_one_line, replaced_b
 
 #: The environment variable naming plugin modules, separated by commas.
 PLUGINS_VARIABLE = "HF_ADAPTERS_PLUGINS"
+#: The entry point groups in which an installed package declares a backend, a scorer or an engine:
+#: ``NAME = "module:Class"`` (a subclass of ``LikelihoodBackend``, ``RowScorer`` or ``Engine``).
+BACKEND_GROUP = "hf_adapters.backends"
+SCORER_GROUP = "hf_adapters.scorers"
+ENGINE_GROUP = "hf_adapters.engines"
 
 
 def plugin_modules(option: Iterable[str] | None, environ: Mapping[str, str] = os.environ) -> list[tuple[str, str]]:

@@ -14,14 +14,14 @@ Importing this package imports neither torch nor Ray.
 
 from __future__ import annotations
 
+from hf_adapters.core.options import DEFAULT_ENGINE
+from hf_adapters.core.plugins import ENGINE_GROUP
 from hf_adapters.core.registry import Registry
 from hf_adapters.engines.base import Engine, EngineError, ScoringJob
 from hf_adapters.engines.job_files import JobSummary
 from hf_adapters.engines.local import LocalEngine
 from hf_adapters.engines.ray import RayEngine
 
-#: The entry point group of engines (``hf-adapters score --engine NAME``): ``NAME = "module:EngineSubclass"``.
-ENGINE_GROUP = "hf_adapters.engines"
 #: Earlier names of engines, still accepted: earlier name -> name.
 ENGINE_ALIASES = {"accelerate": "local"}
 #: Engine classes by the name ``--engine`` gives, in the order ``--help`` lists them (a :class:`Registry`).
@@ -33,8 +33,6 @@ ENGINES: Registry[Engine] = Registry("engine", Engine, group=ENGINE_GROUP, where
 register_engine = ENGINES.register
 #: The package's own engines, whose names no other class may take.
 BUILTIN_ENGINES = ENGINES.builtins
-#: The engine ``hf-adapters score`` runs without ``--engine``.
-DEFAULT_ENGINE = "local"
 
 register_engine(LocalEngine)
 register_engine(RayEngine)
@@ -70,6 +68,7 @@ def engine_names() -> list[str]:
 
 __all__ = [
     "BUILTIN_ENGINES",
+    "DEFAULT_ENGINE",
     "ENGINES",
     "Engine",
     "EngineError",

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hf_adapters.core.options import DEFAULT_ENGINE
 from hf_adapters.core.wording import plural
 from hf_adapters.files.data_io import row_id
 from hf_adapters.files.json_values import json_safe, jsonable, to_json_value, write_atomically
@@ -147,7 +148,7 @@ def job_changes(old: Mapping[str, Any], manifest: Mapping[str, Any]) -> str:
                        f"{', '.join(manifest_columns(manifest))})")
     if PARTS in manifest:
         reasons += part_changes(old.get(PARTS), manifest[PARTS])
-    if (engine := old.get("engine", "local")) != manifest.get("engine", "local"):
+    if (engine := old.get("engine", DEFAULT_ENGINE)) != manifest.get("engine", DEFAULT_ENGINE):
         reasons.append(f"it was started with --engine {engine}, whose partial results this engine cannot resume")
     return "; ".join(reasons) or "its manifest differs"
 

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hf_adapters.core.options import DEFAULT_ENGINE
 from hf_adapters.engines.job_files import (
     PARTS,
     WRITTEN_FORMAT,
@@ -59,8 +60,6 @@ LOCK = "lock"
 STREAM_ROWS = "rows.json"
 #: Choices process 0's backend made by measuring (which CPU kernel runs the products): a rerun reuses them.
 CHOICES = "choices.json"
-#: The engine whose jobs' manifests do not name one.
-DEFAULT_ENGINE = "local"
 
 #: How an engine counts the rows a work folder holds: (the folder, the job's manifest, the data's rows,
 #: None for a stream whose end no process has reached) -> the rows saved.

@@ -18,10 +18,9 @@ import yaml
 from hf_adapters.backends import BackendOptions, LikelihoodBackend, TransformersBackend
 from hf_adapters.backends import loading as models
 from hf_adapters.core.options import OptionSpec, partition_options
+from hf_adapters.core.plugins import SCORER_GROUP
 from hf_adapters.core.registry import Registry
 
-#: The entry point group of scorers: ``NAME = "module:RowScorerSubclass"``.
-SCORER_GROUP = "hf_adapters.scorers"
 #: The backend of a config without a ``backend`` key.
 BACKEND_DEFAULT = TransformersBackend.name
 
