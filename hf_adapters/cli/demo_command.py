@@ -111,12 +111,14 @@ def _ifeval() -> None:
 def run(args: argparse.Namespace) -> int:
     from hf_adapters.backends import TransformersBackend
     from hf_adapters.backends.loading import ModelLoadError
+    from hf_adapters.files.output_paths import output_location
 
     start = time.perf_counter()
     if not args.progress:
         hide_library_progress()
     rows = sample_rows()
     try:
+        output = output_location(args.output)
         backend = TransformersBackend.from_pretrained(args.model, dtype=args.dtype, device=args.device)
     except (ValueError, ModelLoadError) as error:
         print(f"error: {one_line(error)}", file=sys.stderr)
@@ -127,7 +129,6 @@ def run(args: argparse.Namespace) -> int:
     _excess_loss(rows, backend, args.reference_model, args)
     _information_parity(backend, args.batch_size)
     _ifeval()
-    output = Path(args.output)
     _write_jsonl(records, output)
     print(f"\nDone in {time.perf_counter() - start:.1f} s; per-row scores written to {output}")
     return 0

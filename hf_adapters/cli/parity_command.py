@@ -75,6 +75,7 @@ def plot_parity(result: Mapping[str, Any], path: str | Path) -> None:
 def run(args: argparse.Namespace) -> int:
     from hf_adapters.backends.loading import ModelLoadError
     from hf_adapters.files.data_io import read_records
+    from hf_adapters.files.output_paths import output_location
     from hf_adapters.formulas.parallel_corpus import evaluate_parallel, hub_rows
 
     if not args.progress:
@@ -82,6 +83,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         if (args.data is None) == (args.hub is None):
             raise ValueError("parity: give exactly one of --data FILE or --hub DATASET")
+        if args.output:
+            args.output = str(output_location(args.output))
         rows = read_records(args.data) if args.data else hub_rows(args.hub, args.hub_config, args.split)
         result = evaluate_parallel(
             rows, args.reference, languages=args.languages, model_id=args.model, batch_size=args.batch_size,

@@ -105,7 +105,7 @@ def test_an_input_whose_name_holds_glob_characters_is_that_file_not_a_glob(tmp_p
         check_output_path(data, {"data": str(data)})
 
 
-@pytest.mark.parametrize("command", ["score", "select", "embed", "ifeval"])
+@pytest.mark.parametrize("command", ["score", "select", "embed", "ifeval", "parity", "demo"])
 def test_an_output_at_a_url_is_refused_in_one_line_instead_of_written_as_a_local_folder_named_after_it(
         tmp_path, model_dir, capsys, monkeypatch, command):
     monkeypatch.chdir(tmp_path)
@@ -113,7 +113,9 @@ def test_an_output_at_a_url_is_refused_in_one_line_instead_of_written_as_a_local
     argv = {"score": ["score", ppl_config(tmp_path), "--data", str(data), "--model", model_dir],
             "select": ["select", "--data", str(data), "--scores", str(data)],
             "embed": ["embed", "--data", str(data), "--model", model_dir],
-            "ifeval": ["ifeval", "--model", model_dir, "--limit", "1"]}[command]
+            "ifeval": ["ifeval", "--model", model_dir, "--limit", "1"],
+            "parity": ["parity", "--data", str(data), "--model", model_dir],
+            "demo": ["demo", "--model", model_dir]}[command]
     output = "s3://bucket/vectors.npy" if command == "embed" else "s3://bucket/scores.jsonl"
     assert main([*argv, "--output", output]) == 2
     error = capsys.readouterr().err
