@@ -11,7 +11,9 @@ A document becomes the scorer's row by ``adapter`` (default :func:`document_row`
 text under ``text_column`` and its ``id``. datatrove's readers put every field of a data row other
 than the text and the id into the metadata, so an Alpaca file read with ``text_key="output"`` gives
 IFD's ``instruction``, ``input`` and ``output``; chat rows keep their ``messages`` there
-(:func:`conversation_document` is a reader adapter for rows that have no text field).
+(:func:`conversation_document` is a reader adapter for rows that have no text field). A document whose
+metadata already has a score column's key (a data field, or an earlier step's score) stops the rank with a
+ValueError naming it, as ``hf-adapters score`` refuses a data column its scores would overwrite.
 
 The model is loaded in the worker, on the first document it scores, once per process (datatrove copies
 the steps for each rank; loaded models are kept process-wide). A rerun skips the ranks datatrove marked
@@ -84,8 +86,10 @@ class _DocumentScores:
     def score_documents(self, documents: Sequence[Document]) -> None:
         """Write each document's scores into its metadata (NaN, with a warning, where a row is refused)."""
         wait_passively()  # a worker's first batch, before its model loads (a no-op once torch is imported)
+        for document in documents:
+            self.scores.refuse_taken_columns(document.metadata, f"Document {document.id!r} has the metadata key")
         rows = [self.adapter(document) for document in documents]
-        scores = self.scores.score_columns(rows, self.documents_scored)
+        scores = self.scores.columns_for(rows, self.documents_scored)
         self.documents_scored += len(documents)
         first = next(iter(scores))
         for position, document in enumerate(documents):

@@ -10,7 +10,9 @@ numbers are the command's for the same rows. It asks for a GPU only where the mo
 its workers get the command's OpenMP wait policy, and its kernel and thread count where the kernel is pinned
 (:func:`~hf_adapters.integrations.pipeline_scores.worker_environment`).
 :class:`LikelihoodScoreFilter` is the composite of that stage and NeMo Curator's ``Filter`` on a score
-range. A row the scorer refuses gets NaN and a warning; the pipeline goes on.
+range. A row the scorer refuses gets NaN and a warning naming it by its place among the rows its worker
+has scored and its id; the pipeline goes on. A data column with a score column's name is refused (a
+ValueError naming it), as ``hf-adapters score`` refuses it, rather than replaced.
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ class LikelihoodScoreStage(ProcessingStage[DocumentBatch, DocumentBatch]):
     def __init__(self, config: str | Path | Mapping[str, Any], *, score_columns: str | Sequence[str] | None = None,
                  device: str | None = None, rows_per_call: int | None = None, cpus: float = 1.0):
         self.scores = PipelineScores(config, score_columns=score_columns, device=device, rows_per_call=rows_per_call)
+        #: Rows this worker has scored: a warning names a row by its place among them, and its id.
+        self.rows_scored = 0
         self.resources = Resources(cpus=cpus, gpus=1.0 if self.scores.device_type == "cuda" else 0.0)
         if settings := worker_environment(self.scores.device_type):
             self.runtime_env = {"env_vars": settings}
@@ -72,8 +76,9 @@ class LikelihoodScoreStage(ProcessingStage[DocumentBatch, DocumentBatch]):
         import pyarrow as pa
 
         table = task.to_pyarrow()
-        scores = self.scores.score_columns(table.to_pylist())
-        table = table.drop_columns([column for column in scores if column in table.column_names])
+        self.scores.refuse_taken_columns(table.column_names)
+        scores = self.scores.columns_for(table.to_pylist(), self.rows_scored)
+        self.rows_scored += table.num_rows
         for column, values in scores.items():
             table = table.append_column(column, pa.array(values, from_pandas=False))
         return DocumentBatch(dataset_name=task.dataset_name, data=table, _metadata=task._metadata,

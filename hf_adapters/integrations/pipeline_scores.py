@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -72,7 +72,7 @@ class PipelineScores:
         rows_per_call: rows given to the scorer at once (None: as the command's chunks, 16 on the CPU,
             4,096 on an accelerator), which it batches among themselves.
 
-    Nothing is loaded until :meth:`score` or :meth:`load`; the object pickles without its scorer.
+    Nothing is loaded until :meth:`columns_for` or :meth:`load`; the object pickles without its scorer.
     """
 
     def __init__(self, config: str | Path | Mapping[str, Any], *, score_columns: str | Sequence[str] | None = None,
@@ -117,7 +117,13 @@ class PipelineScores:
             return self._rows_per_call
         return DEFAULT_BATCH_SIZE if self.device_type == "cpu" else ACCELERATOR_ROWS_PER_CALL
 
-    def score_columns(self, rows: Sequence[Mapping[str, Any]], first_row: int = 0) -> dict[str, list]:
+    def refuse_taken_columns(self, names: Iterable[str], holder: str = "The data has a column") -> None:
+        """A ValueError naming the first of ``names`` (a row's fields) that a score column would replace
+        (``holder``: what has it), as ``hf-adapters score`` refuses a data column its scores would overwrite."""
+        if taken := [column for column in self.columns.values() if column in set(names)]:
+            raise ValueError(f"{holder} {taken[0]!r}: the scores would replace it. Rename it before scoring.")
+
+    def columns_for(self, rows: Sequence[Mapping[str, Any]], first_row: int = 0) -> dict[str, list]:
         """``{column: one value per row}`` for ``rows`` (``first_row``: the first one's number, for
         messages), a chunk of :attr:`rows_per_call` at a time. A row the scorer refuses (a missing or
         non-string field) gets NaN in every column, with a warning naming it; a chunk whose scoring

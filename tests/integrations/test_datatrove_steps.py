@@ -240,3 +240,13 @@ def test_a_config_that_names_no_written_column_for_the_filter_is_refused_when_th
                                                                                                    model_dir):
     with pytest.raises(ValueError, match="column 'ifd' is not written by this config; it writes"):
         LikelihoodFilter(ifd_config(tmp_path, model_dir), column="ifd", max_score=1.0)
+
+
+def test_a_document_whose_metadata_has_a_score_columns_key_is_refused_naming_it(tmp_path, model_dir):
+    from datatrove.data import Document
+
+    step = LikelihoodScores(ifd_config(tmp_path, model_dir), text_column="output")
+    documents = [Document(text="hi", id="d1", metadata={"instruction": "Say hi.", "input": "", "ppl_direct": 2.0})]
+    with pytest.raises(ValueError, match="Document 'd1' has the metadata key 'ppl_direct': the scores would "
+                                         "replace it"):
+        list(step.run(documents))

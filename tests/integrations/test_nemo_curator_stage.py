@@ -99,3 +99,22 @@ def test_a_ray_pipeline_keeps_the_rows_in_range_with_the_score_commands_numbers(
     for key, row in kept.items():
         for column in ("score", "ppl_conditional", "ppl_direct"):
             assert bits(row[column]) == bits(expected[key][column]), (key, column)
+
+
+def test_a_warning_names_a_row_by_its_place_among_the_rows_its_worker_scored(tmp_path, model_dir, caplog):
+    stage = LikelihoodScoreStage(ifd_config(tmp_path, model_dir))
+    stage.setup()
+    batches = [[{"id": "a", "instruction": "Say hi.", "input": "", "output": "hi"}] * 2,
+               [{"id": "b", "instruction": "Say hi.", "input": "", "output": "hi"},
+                {"id": "c", "instruction": None, "input": "", "output": "hi"}]]
+    with caplog.at_level(logging.WARNING, logger="hf_adapters"):
+        for rows in batches:
+            stage.process(DocumentBatch(dataset_name="rows", data=pa.Table.from_pylist(rows)))
+    assert "Row 3 (id='c') has no field 'instruction'. Its scores are NaN." in caplog.text
+
+
+def test_a_data_column_with_a_score_columns_name_is_refused_naming_it(tmp_path, model_dir):
+    stage = LikelihoodScoreStage(ifd_config(tmp_path, model_dir))
+    table = pa.Table.from_pylist([{"id": "a", "instruction": "Say hi.", "input": "", "output": "hi", "score": 1.0}])
+    with pytest.raises(ValueError, match="The data has a column 'score': the scores would replace it"):
+        stage.process(DocumentBatch(dataset_name="rows", data=table))

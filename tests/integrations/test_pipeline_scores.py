@@ -24,7 +24,7 @@ def test_a_row_after_a_refused_one_is_named_by_its_own_number_and_both_get_nan(t
             {"id": "b", "input": "", "output": "hi"},
             {"id": "c", "instruction": "Say hi.", "input": "", "output": ""}]
     with caplog.at_level(logging.WARNING, logger="hf_adapters"):
-        scores = PipelineScores(ifd_config(tmp_path, model_dir)).score_columns(rows, first_row=10)
+        scores = PipelineScores(ifd_config(tmp_path, model_dir)).columns_for(rows, first_row=10)
     assert scores["score"][0] > 0 and math.isnan(scores["score"][1]) and math.isnan(scores["score"][2])
     assert "Row 11 (id='b') has no field 'instruction'. Its scores are NaN." in caplog.text
     assert "Row 12 (id='c') has an empty output; its IFD is NaN." in caplog.text
