@@ -105,7 +105,8 @@ def finished_parts(work_dir: Path, names: Sequence[str], output: OutputFormat) -
 
 
 def remove_temporary_files(work_dir: Path) -> None:
-    """Remove what a killed run's workers left half written (saving a part is renaming a whole file)."""
+    """Remove what a killed run's workers left half written (saving a part is renaming a whole file),
+    an earlier version's ``NAME.tmp-HEX`` included."""
     for entry in work_dir.glob(f"*{TEMPORARY}*"):
         entry.unlink(missing_ok=True)
 

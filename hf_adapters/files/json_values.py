@@ -7,7 +7,6 @@ import datetime
 import json
 import math
 import os
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, NamedTuple
@@ -50,12 +49,18 @@ def to_json_value(value: Any) -> Any:
     return str(value)
 
 
+#: What the name of a file :func:`write_atomically` is writing has after the final file's name.
+TEMPORARY = ".tmp"
+
+
 def write_atomically(path: Path, content: str | bytes | Callable[[BinaryIO], Any]) -> None:
-    """Write ``content`` to ``path`` through a fsynced temporary file of this call's own, renamed over
-    it: a reader (or a killed run's successor) sees the old file or the new one, never half of one,
-    and two processes writing the same file at once each write a whole one. ``content`` is text
-    (UTF-8), bytes, or a function that writes the file into the binary handle it is given (a Parquet
-    table, say); the temporary file is removed where writing fails.
+    """Write ``content`` to ``path`` through a fsynced temporary file, ``NAME.tmp`` beside it, renamed
+    over it: a reader (or a killed run's successor) sees the old file or the new one, never half of
+    one, and what a killed write leaves is overwritten by the next write of the same file. One
+    process at a time writes a given file (the job's or run folder's lock holder, or the one Ray
+    worker scoring that block). ``content`` is text (UTF-8), bytes, or a function that writes the file
+    into the binary handle it is given (a Parquet table, say); the temporary file is removed where
+    writing fails.
 
     Example:
         >>> import tempfile
@@ -64,7 +69,7 @@ def write_atomically(path: Path, content: str | bytes | Callable[[BinaryIO], Any
         >>> path.read_text()
         '{"rows": 3}'
     """
-    temporary = path.with_name(f"{path.name}{TEMPORARY}{uuid.uuid4().hex}")
+    temporary = path.with_name(f"{path.name}{TEMPORARY}")
     try:
         with open(temporary, "wb") as handle:
             if isinstance(content, str):
@@ -78,10 +83,6 @@ def write_atomically(path: Path, content: str | bytes | Callable[[BinaryIO], Any
         os.replace(temporary, path)
     finally:
         temporary.unlink(missing_ok=True)
-
-
-#: What the name of a file :func:`write_atomically` is writing has after the final file's name.
-TEMPORARY = ".tmp-"
 
 
 def jsonable(value: Any) -> Any:
