@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import argparse
 import inspect
-from collections.abc import Callable, Iterable, Mapping
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import MISSING, dataclass, fields
 from typing import Any, TypeVar
 
@@ -22,6 +23,9 @@ DTYPES = ("float32", "bfloat16", "float16")
 #: and the environment variable that says so where the backend is given no setting.
 COMPILE_SETTINGS = ("auto", "on", "off")
 COMPILE_ENV = "HF_ADAPTERS_COMPILE"
+#: Whether it runs Liger's fused kernels (:mod:`hf_adapters.backends.transformers.fused_kernels`), likewise.
+FUSED_KERNELS_SETTINGS = ("auto", "on", "off")
+FUSED_KERNELS_ENV = "HF_ADAPTERS_FUSED_KERNELS"
 #: The engine ``hf-adapters score`` runs without ``--engine``, and that of a job whose manifest names none.
 DEFAULT_ENGINE = "local"
 #: Rows per batch when the caller does not say (the core also bounds each batch by a token budget).
@@ -36,6 +40,20 @@ Spec = TypeVar("Spec", bound="OptionSpec")
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def setting(value: str | None, env: str, choices: Sequence[str], name: str) -> str:
+    """``value`` (the option ``name``), else the environment variable ``env``, else the first of ``choices``,
+    case and spaces aside; a ValueError names the choices for anything else.
+
+    Example:
+        >>> setting(" ON ", COMPILE_ENV, COMPILE_SETTINGS, "compile")
+        'on'
+    """
+    chosen = (value if value is not None else os.environ.get(env, "")).strip().lower() or choices[0]
+    if chosen not in choices:
+        raise ValueError(f"{name if value is not None else env}={chosen!r}; use one of {', '.join(choices)}.")
+    return chosen
 
 
 def check_batch_size(batch_size: Any, name: str = "batch_size") -> None:

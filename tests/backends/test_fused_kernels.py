@@ -15,6 +15,7 @@ from hf_adapters.backends.transformers.fused_kernels import (
     apply_fused_kernels,
     plan_fused_kernels,
 )
+from tests.conftest import build_model
 
 LIGER = frozenset({"llama", "qwen2"})
 
@@ -55,3 +56,45 @@ def test_where_fused_kernels_run_auto_does_not_compile(model, tokenizer, monkeyp
     backend._fused, backend._compile_choice = True, True
     assert backend._compiles() is False
     assert TransformersBackend(model, tokenizer, compile="on")._compiles() is True
+
+
+def test_liger_fuses_only_the_given_model_and_leaves_the_familys_transformers_module_as_it_was(
+        model, tokenizer, monkeypatch):
+    """A fake ``liger_kernel`` whose Llama patch, like Liger's, replaces the model's norms and also the module's
+    RMSNorm class and rotary function: after it, the module holds its own again; the rotary function is
+    Liger's only inside the fused model's forward passes."""
+    import sys
+    import types
+
+    from transformers.models.llama import modeling_llama
+
+    rope, norm_class = modeling_llama.apply_rotary_pos_emb, modeling_llama.LlamaRMSNorm
+    seen = []
+
+    class FakeNorm(torch.nn.Module):
+        pass
+
+    def fake_rope(*args, **kwargs):
+        seen.append("liger rope")
+        return rope(*args, **kwargs)
+
+    def apply_liger_kernel_to_llama(model=None, rope=True, rms_norm=True, **options):
+        modeling_llama.apply_rotary_pos_emb, modeling_llama.LlamaRMSNorm = fake_rope, FakeNorm
+        modeling_llama.LIGER_ADDED = True
+
+    fake = types.ModuleType("liger_kernel.transformers.monkey_patch")
+    fake.MODEL_TYPE_TO_APPLY_LIGER_FN = {"llama": apply_liger_kernel_to_llama}
+    monkeypatch.setitem(sys.modules, "liger_kernel.transformers.monkey_patch", fake)
+    from liger_kernel.transformers.monkey_patch import MODEL_TYPE_TO_APPLY_LIGER_FN
+
+    fused = build_model(len(tokenizer), seed=3)
+    fused_kernels.patch_this_model_only(fused, lambda: MODEL_TYPE_TO_APPLY_LIGER_FN["llama"](model=fused))
+    assert modeling_llama.apply_rotary_pos_emb is rope and modeling_llama.LlamaRMSNorm is norm_class
+    assert not hasattr(modeling_llama, "LIGER_ADDED")
+    with torch.no_grad():
+        fused(torch.tensor([[5, 6, 7]]))
+    assert seen and modeling_llama.apply_rotary_pos_emb is rope  # Liger's inside the forward pass, not after
+    seen.clear()
+    with torch.no_grad():
+        model(torch.tensor([[5, 6, 7]]))  # another model of the family: not fused
+    assert seen == []

@@ -16,13 +16,12 @@ other rows the same way.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from hf_adapters.core.options import COMPILE_ENV, COMPILE_SETTINGS
+from hf_adapters.core.options import COMPILE_ENV, COMPILE_SETTINGS, setting
 
 #: Measured on an NVIDIA H200 (``../shared/gpu/README.md``, 2026-11-28): the 1B Llama's body compiled
 #: in 49-55 s (16 layers) and the 8B's (32 layers) had not compiled within 100 s: about 3.5 s a layer.
@@ -30,18 +29,12 @@ COMPILE_SECONDS_PER_LAYER = 3.5
 #: The same probe: the compiled 1B body scored Alpaca-length rows at 49.2% of the bf16 peak against
 #: the defaults' 40.5-41.0%, 1.2 times as fast.
 COMPILE_SPEEDUP = 1.2
-#: The graph-building backend ``torch.compile`` is given (tests count graphs with their own).
-COMPILE_BACKEND: str | Callable = "inductor"
 
 
-def compile_setting(setting: str | None = None) -> str:
-    """``setting`` (the backend's), else ``HF_ADAPTERS_COMPILE``, else ``"auto"``; a ValueError names
-    the settings for anything else."""
-    value = (setting if setting is not None else os.environ.get(COMPILE_ENV, "")).strip().lower() or "auto"
-    if value not in COMPILE_SETTINGS:
-        source = "compile" if setting is not None else COMPILE_ENV
-        raise ValueError(f"{source}={value!r}; use one of {', '.join(COMPILE_SETTINGS)}.")
-    return value
+def compile_setting(value: str | None = None) -> str:
+    """``value`` (the backend's), else ``HF_ADAPTERS_COMPILE``, else ``"auto"``
+    (:func:`~hf_adapters.core.options.setting`)."""
+    return setting(value, COMPILE_ENV, COMPILE_SETTINGS, "compile")
 
 
 def compile_seconds(num_layers: int) -> float:
@@ -73,5 +66,5 @@ def num_layers(model: Any) -> int:
 
 
 def compiled(body: torch.nn.Module) -> Callable:
-    """``body`` under ``torch.compile`` with dynamic shapes (``COMPILE_BACKEND``); compiled on its first call."""
-    return torch.compile(body, dynamic=True, backend=COMPILE_BACKEND)
+    """``body`` under ``torch.compile`` with dynamic shapes (inductor); compiled on its first call."""
+    return torch.compile(body, dynamic=True, backend="inductor")

@@ -8,9 +8,11 @@ exactness bound, which they are not tested against. ``"auto"`` applies them wher
 faster: on an H200 (``../shared/gpu/README.md``, liger-kernel 0.8.5) the 8B Llama shape (hidden size
 4,096) scored Alpaca-length rows at 54.7% of the bf16 peak against 48.6% for the defaults, the 1B
 shape (hidden size 2,048) at 40.0% against 40.5-41.0%; so from ``AUTO_MIN_HIDDEN_SIZE``. ``"on"``
-applies them wherever they can apply, and says why where they cannot (on the CPU: a no-op). Liger
-patches the family's rotary function in ``transformers`` for the whole process, and its output layer
-is not used: scores come from :mod:`~hf_adapters.backends.transformers.output_layer`. Where they run,
+applies them wherever they can apply, and says why where they cannot (on the CPU: a no-op). Only the
+given model is fused: its norm and MLP modules are replaced, and Liger's rotary function runs in its
+forward passes only (:func:`patch_this_model_only`; Liger itself would patch the family's classes and
+functions in ``transformers`` for every later model of the process). Its output layer is not used:
+scores come from :mod:`~hf_adapters.backends.transformers.output_layer`. Where they run,
 ``compile="auto"`` does not compile: both together ran the 8B shape at 47.6%.
 """
 
@@ -19,18 +21,19 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import logging
-import os
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 import torch
 
 from hf_adapters.core.console import warn_user
+from hf_adapters.core.options import FUSED_KERNELS_ENV, FUSED_KERNELS_SETTINGS, setting
 
 logger = logging.getLogger(__name__)
 
-FUSED_KERNELS_ENV = "HF_ADAPTERS_FUSED_KERNELS"
-FUSED_KERNELS_SETTINGS = ("auto", "on", "off")
 #: The narrowest body ``"auto"`` fuses: the 8B shape's width, measured faster; the 1B shape's (2,048) was not.
 AUTO_MIN_HIDDEN_SIZE = 4096
 #: What is fused: the body's norms, rotary embeddings and gated MLPs (never Liger's loss or output layer).
@@ -42,14 +45,10 @@ class FusedKernelsWarning(UserWarning):
     """``fused_kernels="on"`` where the fused kernels cannot apply: the model runs without them."""
 
 
-def fused_kernels_setting(setting: str | None = None) -> str:
-    """``setting`` (the backend's), else ``HF_ADAPTERS_FUSED_KERNELS``, else ``"auto"``; a ValueError
-    names the settings for anything else."""
-    value = (setting if setting is not None else os.environ.get(FUSED_KERNELS_ENV, "")).strip().lower() or "auto"
-    if value not in FUSED_KERNELS_SETTINGS:
-        source = "fused_kernels" if setting is not None else FUSED_KERNELS_ENV
-        raise ValueError(f"{source}={value!r}; use one of {', '.join(FUSED_KERNELS_SETTINGS)}.")
-    return value
+def fused_kernels_setting(value: str | None = None) -> str:
+    """``value`` (the backend's), else ``HF_ADAPTERS_FUSED_KERNELS``, else ``"auto"``
+    (:func:`~hf_adapters.core.options.setting`)."""
+    return setting(value, FUSED_KERNELS_ENV, FUSED_KERNELS_SETTINGS, "fused_kernels")
 
 
 @dataclass(frozen=True)
@@ -111,6 +110,47 @@ def apply_fused_kernels(model: Any, setting: str) -> bool:
         return False
     patch = families[config.model_type]
     accepted = inspect.signature(patch).parameters
-    patch(model=model, **{name: value for name, value in LIGER_OPTIONS.items() if name in accepted})
+    patch_this_model_only(model, lambda: patch(model=model, **{name: value for name, value in LIGER_OPTIONS.items()
+                                                               if name in accepted}))
     logger.info("Scoring runs %s.", plan.reason)
     return True
+
+
+def _modeling_modules(model: torch.nn.Module) -> list[ModuleType]:
+    """The ``transformers`` modules that define the classes of ``model``'s modules."""
+    names = {type(module).__module__ for module in model.modules()}
+    return [sys.modules[name] for name in sorted(names) if name.startswith("transformers.models.")]
+
+
+def patch_this_model_only(model: torch.nn.Module, patch: Callable[[], object]) -> None:
+    """Run ``patch`` (Liger's ``apply_liger_kernel_to_<family>(model=model)``), which replaces the norm and MLP
+    modules of ``model`` and also the classes and functions of its family's ``transformers`` module, then put
+    those module attributes back, so that later models of the family (a float32 one, one on the CPU) are
+    not fused. A replaced function (the rotary embedding) is what ``model``'s own forward passes see: it
+    is set for each of them only."""
+    modules = _modeling_modules(model)
+    before = [dict(vars(module)) for module in modules]
+    patch()
+    fused: list[tuple[ModuleType, str, Any, Any]] = []
+    for module, saved in zip(modules, before, strict=True):
+        for name in set(vars(module)) - set(saved):
+            delattr(module, name)
+        for name, original in saved.items():
+            if (replaced := getattr(module, name)) is not original:
+                setattr(module, name, original)
+                if callable(replaced) and not isinstance(replaced, type):
+                    fused.append((module, name, replaced, original))
+    if not fused:
+        return
+
+    def fuse(*_: Any) -> None:
+        for module, name, replaced, _ in fused:
+            setattr(module, name, replaced)
+
+    def restore(*_: Any) -> None:
+        for module, name, _, original in fused:
+            setattr(module, name, original)
+
+    body = getattr(model, "base_model", model)  # what scoring runs (generation runs it inside the model)
+    body.register_forward_pre_hook(fuse)
+    body.register_forward_hook(restore, always_call=True)
