@@ -216,3 +216,25 @@ def test_an_accelerator_times_candidate_budgets_on_the_first_batches_and_keeps_t
     capped = TransformersBackend(model, tokenizer, batch_size=4)
     capped.score(items)  # under a row cap the candidates' batches would be the same rows: nothing is timed
     assert capped.measured_choices()["max_batch_tokens"] == ACCELERATOR_MAX_BATCH_TOKENS
+
+
+def test_the_candidate_budgets_are_timed_with_attention_off_cudnn_as_the_job_runs(model, tokenizer, monkeypatch):
+    """The timed batches run off cuDNN's attention, as the job's do: their times leave out its re-planning."""
+    monkeypatch.setattr(TransformersBackend, "_device_type", lambda self: "cuda")
+    monkeypatch.setattr(transformers_model, "free_memory", lambda device: 40 * GiB)
+    monkeypatch.setattr(budget_measurement, "CANDIDATE_BUDGETS", (64, 128, 256))
+    monkeypatch.setenv("HF_ADAPTERS_COMPILE", "off")
+    original = attention.without_cudnn_attention
+    monkeypatch.setattr(transformers_model, "without_cudnn_attention", lambda device: original(torch.device("cuda")))
+    timed = []
+    measure = transformers_model.measure_budgets
+
+    def recorded(run, *args, **kwargs):
+        return measure(lambda batch: timed.append(not torch.backends.cuda.cudnn_sdp_enabled()) or run(batch),
+                       *args, **kwargs)
+
+    monkeypatch.setattr(transformers_model, "measure_budgets", recorded)
+    items = [([5 + i, 6, 7], list(range(10, 10 + 20 + i % 13))) for i in range(24)]
+    backend = TransformersBackend(model, tokenizer)
+    backend.score(items)
+    assert len(timed) == 4 and all(timed) and "max_batch_tokens" in backend.measured_choices()

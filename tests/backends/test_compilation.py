@@ -67,34 +67,41 @@ def fake_accelerator(monkeypatch):
 def test_auto_on_an_accelerator_times_eager_batches_then_compiles_and_a_resume_does_the_same(
         model, tokenizer, fake_accelerator, monkeypatch):
     monkeypatch.setattr(compilation, "COMPILE_SECONDS_PER_LAYER", 0.0)  # a compile that costs nothing pays
-    backend = TransformersBackend(model, tokenizer, batch_size=2)
+    backend = TransformersBackend(model, tokenizer, batch_size=1)
     scores = backend.score(ITEMS)
-    # Two eager batches timed (the first warms up), then the compiled body runs the other two.
-    assert len(fake_accelerator) == 2 and backend.measured_choices()["compile"] is True
+    # A warm-up and COMPILE_TIMED_BATCHES eager batches timed, then the compiled body runs the other three.
+    assert compilation.COMPILE_TIMED_BATCHES == 4
+    assert len(fake_accelerator) == 3 and backend.measured_choices()["compile"] is True
     assert_exact([score.nll for score in scores],
                  lambda m: [naive_nll(m, c, t, tokenizer.bos_token_id)[0] for c, t in ITEMS], model)
     monkeypatch.setattr(compilation, "COMPILE_SECONDS_PER_LAYER", 10**6)  # a rerun would not compile...
-    resumed = TransformersBackend(model, tokenizer, batch_size=2)
+    resumed = TransformersBackend(model, tokenizer, batch_size=1)
     resumed.reuse_measured_choices(backend.measured_choices())
     resumed.score(ITEMS)
-    assert len(fake_accelerator) == 2 + 4  # ...but the resumed job compiles every batch as the first run chose
-    known = TransformersBackend(model, tokenizer, batch_size=2)
+    assert len(fake_accelerator) == 3 + 8  # ...but the resumed job compiles every batch as the first run chose
+    known = TransformersBackend(model, tokenizer, batch_size=1)
     known.job_tokens = 1000  # a job the caller knows, whose compile would cost more: eager, and recorded
     known.score(ITEMS)
-    assert known.measured_choices()["compile"] is False and len(fake_accelerator) == 6
+    assert known.measured_choices()["compile"] is False and len(fake_accelerator) == 11
 
 
-def test_auto_with_no_job_size_known_compiles_once_the_tokens_scored_so_far_would_repay_it(
+def test_auto_decides_once_at_a_fixed_batch_of_the_first_call_with_running_totals(
         model, tokenizer, fake_accelerator, monkeypatch):
-    # Each batch takes a second on the fake clock: about 25 tokens/s; two layers cost 2 s to compile, which
-    # pays back after 12 s of eager scoring, the rate being 1.2 times as fast compiled.
-    monkeypatch.setattr(compilation, "COMPILE_SECONDS_PER_LAYER", 1.0)
-    backend = TransformersBackend(model, tokenizer, batch_size=2)
-    backend.score(ITEMS)  # 4 batches: as many again would not repay the compile: eager, nothing recorded
-    assert fake_accelerator == [] and "compile" not in backend.measured_choices()
+    """The decision comes after the warm-up and COMPILE_TIMED_BATCHES timed batches of the first call, or at
+    the end of a shorter first call, from the job's tokens (else the call's): later calls never revisit it,
+    so a job decides at the same batch on every run, before its first chunk is saved."""
+    monkeypatch.setattr(compilation, "COMPILE_SECONDS_PER_LAYER", 1.0)  # 2 s for the two layers
+    short = TransformersBackend(model, tokenizer, batch_size=2)
+    short.score(ITEMS)  # 4 batches, fewer than the fixed point: decided at the call's end, on its 90 tokens
+    assert short.measured_choices()["compile"] is False and short._timed_batches == 4
     for _ in range(3):
-        backend.score(ITEMS)
-    assert backend.measured_choices()["compile"] is True and fake_accelerator
+        short.score(ITEMS)  # however long the job runs on, the decision stands and nothing more is timed
+    assert fake_accelerator == [] and short._timed_batches == 4
+    told = TransformersBackend(model, tokenizer, batch_size=1)
+    told.job_tokens = 10**6  # the job's size, as the local engine sets it: the compile pays
+    told.score(ITEMS)
+    assert told.measured_choices()["compile"] is True and len(fake_accelerator) == 3
+    assert (told._timed_batches, told._timed_seconds) == (5, 4.0)  # the warm-up's second left out
 
 
 def test_forced_settings_win_over_auto_and_the_cpu_never_compiles_on_auto(model, tokenizer, fake_accelerator,

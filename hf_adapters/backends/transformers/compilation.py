@@ -2,10 +2,12 @@
 
 ``compile`` is ``"auto"`` (default), ``"on"`` or ``"off"``: the backend's option, else
 ``HF_ADAPTERS_COMPILE`` (``--compile`` on the command line). ``"auto"`` compiles only on an
-accelerator, and only where :func:`compile_pays`: the batches run eagerly and are timed until the
-time compiled scoring would save on the job's tokens at that rate exceeds the compile time
-(:class:`~hf_adapters.backends.transformers.model.TransformersBackend` says how the job's tokens
-are counted). The body is compiled
+accelerator, and only where :func:`compile_pays`: the first ``COMPILE_TIMED_BATCHES`` batches of the
+job's first call (after one that warms the device up; all of them where it has fewer) run eagerly and
+are timed, and scoring is compiled from there on where the time compiled scoring would save on the
+job's tokens at that rate exceeds the compile time (the job's tokens are the backend's ``job_tokens``,
+which the local engine sets from the job, else the first call's). The decision is taken once, at
+that fixed point, before a job saves its first rows. The body is compiled
 with dynamic shapes, so that batches of any rows and length share one graph: a job compiles a
 bounded number of times (PyTorch specializes a dimension of size 1, so single-row batches get a
 graph of their own; ``torch._dynamo``'s recompile limit bounds the rest). Compiled kernels fuse
@@ -29,6 +31,9 @@ COMPILE_SECONDS_PER_LAYER = 3.5
 #: The same probe: the compiled 1B body scored Alpaca-length rows at 49.2% of the bf16 peak against
 #: the defaults' 40.5-41.0%, 1.2 times as fast.
 COMPILE_SPEEDUP = 1.2
+#: ``"auto"`` decides after timing this many eager batches of a job's first call, after one that warms
+#: the device up (or at the end of a first call of fewer): at the same batch on every run of the job.
+COMPILE_TIMED_BATCHES = 4
 
 
 def compile_setting(value: str | None = None) -> str:

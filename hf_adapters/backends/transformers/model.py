@@ -41,6 +41,7 @@ from hf_adapters.backends.transformers.batching import (
 )
 from hf_adapters.backends.transformers.budget_measurement import candidate_budgets, fastest_budget, measure_budgets
 from hf_adapters.backends.transformers.compilation import (
+    COMPILE_TIMED_BATCHES,
     compile_pays,
     compile_seconds,
     compile_setting,
@@ -243,9 +244,9 @@ class TransformersBackend(LikelihoodBackend):
     each batch is one row of items laid end to end, position ids restarting at each item.
     ``compile`` (``"auto"``, ``"on"``, ``"off"``; default ``HF_ADAPTERS_COMPILE``, else ``"auto"``)
     runs the body under ``torch.compile``; ``"auto"`` compiles on an accelerator where the job's
-    tokens (``job_tokens``, else at least those of the call and as many again as scored so far) at
-    the rate timed on its eager batches repay the compile time
-    (:mod:`~hf_adapters.backends.transformers.compilation`), recorded with the job.
+    tokens (``job_tokens``, which the local engine sets from the job, else the first call's) at the rate
+    timed on the first call's first eager batches repay the compile time, decided once at that fixed
+    point (:mod:`~hf_adapters.backends.transformers.compilation`) and recorded with the job.
     ``fused_kernels`` (likewise, default ``HF_ADAPTERS_FUSED_KERNELS``) fuses the body's norms, RoPE
     and gated MLP with Liger's kernels where installed, on CUDA in bfloat16/float16
     (:mod:`~hf_adapters.backends.transformers.fused_kernels`).
@@ -280,11 +281,13 @@ class TransformersBackend(LikelihoodBackend):
         self._planned_tokens: int | None = None
         #: ``"auto"``, ``"on"`` or ``"off"`` (None: ``HF_ADAPTERS_COMPILE``'s); see the class docstring.
         self.compile = compile
-        #: The tokens the whole job sends through the model, where the caller knows them (for ``compile="auto"``).
+        #: The tokens the whole job sends through the model in this process, where the caller knows them
+        #: (for ``compile="auto"``; the local engine sets them before the job's first call).
         self.job_tokens: int | None = None
-        #: Whether ``"auto"`` compiles (None: not decided yet), and the eager batches timed to decide.
+        #: Whether ``"auto"`` compiles (None: not decided yet), and the eager batches timed to decide: their
+        #: count, and the tokens and seconds of those after the first (of the first alone while it is the only one).
         self._compile_choice: bool | None = None
-        self._timed: list[tuple[int, float]] = []
+        self._timed_batches, self._timed_tokens, self._timed_seconds = 0, 0, 0.0
         self._compiled_body: Callable | None = None
         #: ``"auto"``, ``"on"`` or ``"off"`` (None: ``HF_ADAPTERS_FUSED_KERNELS``'s), and whether they were applied.
         self.fused_kernels = fused_kernels
@@ -354,25 +357,29 @@ class TransformersBackend(LikelihoodBackend):
             self._compiled_body = compiled(self.model.base_model)
         return self._compiled_body
 
-    def _decide_compile(self, tokens: int, seconds: float, call_tokens: int) -> None:
-        """Time an eager batch of ``tokens`` tokens for ``compile="auto"``; from the second on (the first
-        warms the device up), decide whether the job's tokens repay the compile time. The job's tokens
-        are ``job_tokens`` where the caller set them (then the choice is final either way); else at least
-        the call's, and as many again as the backend has scored so far (a job that has run this long is
-        taken to run as long again): scoring stays eager, timed, until those repay it."""
-        self._timed.append((tokens, seconds))
-        timed = self._timed[1:]
-        if not timed:
-            return
-        rate = sum(t for t, _ in timed) / max(sum(s for _, s in timed), 1e-9)
-        known = self.job_tokens is not None
-        job = self.job_tokens if known else max(call_tokens, 2 * sum(t for t, _ in self._timed))
+    def _time_eager_batch(self, tokens: int, seconds: float, call_tokens: int) -> None:
+        """Time an eager batch of ``tokens`` tokens for ``compile="auto"``; once ``COMPILE_TIMED_BATCHES``
+        have been timed after the first (which warms the device up), decide (:meth:`_decide_compile`)."""
+        self._timed_batches += 1
+        if self._timed_batches == 2:  # the first batch's time stands only while it is the only one
+            self._timed_tokens, self._timed_seconds = 0, 0.0
+        self._timed_tokens += tokens
+        self._timed_seconds += seconds
+        if self._timed_batches > COMPILE_TIMED_BATCHES:
+            self._decide_compile(call_tokens)
+
+    def _decide_compile(self, call_tokens: int) -> None:
+        """Decide once, for the rest of the job, whether ``compile="auto"`` compiles: whether the job's tokens
+        (``job_tokens`` where the caller set them, else the call's) at the rate timed so far repay the
+        compile time. Taken after ``COMPILE_TIMED_BATCHES`` timed batches of the first call, or at its end
+        where it has fewer, so a job makes it at the same batch every time, before its first rows are saved."""
+        rate = self._timed_tokens / max(self._timed_seconds, 1e-9)
+        job = self.job_tokens if self.job_tokens is not None else call_tokens
         cost = compile_seconds(num_layers(self.model))
-        if (pays := compile_pays(self._device_type(), job, rate, cost)) or known:
-            self._compile_choice = pays
-            logger.info("Scoring %s: %d tokens at the measured %.0f tokens/s against about %.0f s to compile "
-                        "(set HF_ADAPTERS_COMPILE=on|off to choose).",
-                        "compiles the model" if self._compile_choice else "runs eagerly", job, rate, cost)
+        self._compile_choice = compile_pays(self._device_type(), job, rate, cost)
+        logger.info("Scoring %s: %d tokens at the measured %.0f tokens/s against about %.0f s to compile "
+                    "(set HF_ADAPTERS_COMPILE=on|off to choose).",
+                    "compiles the model" if self._compile_choice else "runs eagerly", job, rate, cost)
 
     def batch_limits(self, batch_size: int | None = None, packing: bool = False) -> BatchLimits:
         """What bounds a batch on the model's device: ``batch_size`` (else the backend's, else the
@@ -419,17 +426,31 @@ class TransformersBackend(LikelihoodBackend):
             self._fused = apply_fused_kernels(model, fused_kernels_setting(self.fused_kernels))
         measurable = self.max_batch_tokens is None and self._planned_tokens is None and self._device_type() != "cpu"
         limits = self.batch_limits(batch_size, packing)
-        if measurable and limits.rows is None:  # a row cap would make the candidates' batches alike
-            self._choose_budget(scorable, limits, packing, pad_id)
-            limits = self.batch_limits(batch_size, packing)
-        batches = make_batches([len(item.input_ids) for item in scorable], limits.rows, limits.tokens, limits.padding)
-        show = progress if progress is not None else len(batches) > 8
         check_cpu_dtype(model)
         device = model.get_output_embeddings().weight.device
         call_tokens = sum(len(item.input_ids) for item in scorable)
+        with without_cudnn_attention(device):
+            if measurable and limits.rows is None:  # a row cap would make the candidates' batches alike
+                self._choose_budget(scorable, limits, packing, pad_id)
+                limits = self.batch_limits(batch_size, packing)
+            batches = make_batches([len(item.input_ids) for item in scorable], limits.rows, limits.tokens,
+                                   limits.padding)
+            self._score_batches(scorable, batches, results, pad_id, packing, token_losses, entropies, greedy,
+                                progress, desc, call_tokens)
+            if self._compiles() is None and self._timed_batches:  # a first call shorter than the timing
+                self._decide_compile(call_tokens)
+        return results  # type: ignore[return-value]
+
+    def _score_batches(self, scorable: list[PreparedItem], batches: list[list[int]],
+                       results: list[ContinuationScore | None], pad_id: int, packing: bool, token_losses: bool,
+                       entropies: bool, greedy: bool, progress: bool | None, desc: str, call_tokens: int) -> None:
+        """Score ``batches`` (indices into ``scorable``) into ``results``, eager batches timed while
+        ``compile="auto"`` decides; a batch that runs out of memory is split in two and scored again."""
+        show = progress if progress is not None else len(batches) > 8
+        device = self.model.get_output_embeddings().weight.device
         pending = batches[::-1]  # a stack: a batch split after running out of memory goes on top
         with tqdm(total=sum(len(unit.targets) for item in scorable for unit in item.units), desc=desc,
-                  unit="tok", disable=not show) as bar, without_cudnn_attention(device):
+                  unit="tok", disable=not show) as bar:
             while pending:
                 indices = pending.pop()
                 batch = [scorable[i] for i in indices]
@@ -439,8 +460,8 @@ class TransformersBackend(LikelihoodBackend):
                     scored = self._scored_units(batch, pad_id, packing, token_losses, entropies, greedy,
                                                 self._body(compiles))
                     if compiles is None:
-                        self._decide_compile(sum(len(item.input_ids) for item in batch), clock() - started,
-                                             call_tokens)
+                        self._time_eager_batch(sum(len(item.input_ids) for item in batch), clock() - started,
+                                               call_tokens)
                 except RuntimeError as error:
                     if len(batch) == 1 or not is_out_of_memory(error):
                         raise
@@ -456,7 +477,6 @@ class TransformersBackend(LikelihoodBackend):
                 logger.warning("Out of memory on a batch of %d rows (%s); scoring it as %d + %d rows.",
                                len(batch), message, half, len(batch) - half)
                 pending += [indices[half:], indices[:half]]
-        return results  # type: ignore[return-value]
 
     def _choose_budget(self, scorable: list[PreparedItem], limits: BatchLimits, packing: bool, pad_id: int) -> None:
         """Where the call holds at least the largest candidate budget's tokens, time the first batch of each
