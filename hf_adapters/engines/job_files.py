@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from hf_adapters.core.options import DEFAULT_ENGINE
 from hf_adapters.core.wording import plural
 from hf_adapters.files.data_io import row_id
-from hf_adapters.files.json_values import json_safe, jsonable, to_json_value, write_atomically
+from hf_adapters.files.json_values import json_safe, jsonable, remove_temporary_files, to_json_value, write_atomically
 from hf_adapters.files.score_files import SCORE, OutputFormat
 
 if TYPE_CHECKING:
@@ -263,6 +263,7 @@ def record_finished_job(output_path: Path, output: OutputFormat, manifest: Mappi
         record = {"output": str(output_path.absolute()), "job": {**manifest, "rows": rows},
                   "format": format_record(output), "stamp": _stamp(output_path), "rows": rows, "valid": valid}
         path.parent.mkdir(parents=True, exist_ok=True)
+        remove_temporary_files(path.parent, of=path.name)  # a killed write's (this output's lock is held)
         write_atomically(path, json.dumps(record, sort_keys=True))
     except OSError as error:
         logger.debug("cannot record the finished job in %s: %s", path, error)

@@ -51,7 +51,6 @@ from tqdm.auto import tqdm
 
 from hf_adapters.core.options import non_negative_float, positive_int
 from hf_adapters.engines.base import Engine, EngineError, ScoringJob
-from hf_adapters.engines.chunks import declared_fields, default_save_every
 from hf_adapters.engines.job_files import (
     FILE_PER_BLOCK,
     PARTS,
@@ -69,10 +68,10 @@ from hf_adapters.engines.ray_parts import (
     block_name,
     finished_parts,
     merge_parts,
-    remove_temporary_files,
     work_folder,
 )
 from hf_adapters.files.score_files import OutputFormat
+from hf_adapters.scorers.scored_rows import declared_fields, default_save_every
 
 if TYPE_CHECKING:
     from hf_adapters.engines.ray_blocks import WorkerScorer
@@ -284,7 +283,6 @@ class _Run:
         if decision == "complete":
             rows, valid = folder.clean_up_complete(in_force, self.output, next(iter(self.columns.values())))
             return JobSummary(rows, valid, time.perf_counter() - started, 0)
-        remove_temporary_files(work_dir)
         blocks = [(shard, block, block_name(shard, block)) for shard in self.data.shards
                   for block in shard.blocks(in_force["rows_per_block"])]
         names = [name for _, _, name in blocks]

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from hf_adapters.engines.job_files import read_json
 from hf_adapters.engines.work_folder import WorkFolder
-from hf_adapters.files.json_values import TEMPORARY, write_atomically
+from hf_adapters.files.json_values import write_atomically
 from hf_adapters.files.score_files import SHARD_PATTERN, OutputFormat, write_output
 
 if TYPE_CHECKING:
@@ -102,13 +102,6 @@ def finished_parts(work_dir: Path, names: Sequence[str], output: OutputFormat) -
             if isinstance(record, dict) and isinstance(record.get("rows"), int):
                 done[name] = (record["rows"], record.get("valid", 0))
     return done
-
-
-def remove_temporary_files(work_dir: Path) -> None:
-    """Remove what a killed run's workers left half written (saving a part is renaming a whole file),
-    an earlier version's ``NAME.tmp-HEX`` included."""
-    for entry in work_dir.glob(f"*{TEMPORARY}*"):
-        entry.unlink(missing_ok=True)
 
 
 def saved_in_parts(work_dir: Path, manifest: Mapping[str, Any], rows: int | None) -> int:

@@ -46,7 +46,7 @@ from hf_adapters.engines.job_files import (
     same_job,
     written_in,
 )
-from hf_adapters.files.json_values import TEMPORARY, write_atomically
+from hf_adapters.files.json_values import TEMPORARY, remove_temporary_files, write_atomically
 from hf_adapters.files.run_folder import LockHeld, exclusive_lock
 from hf_adapters.files.score_files import SHARD_PATTERN, OutputFormat, count_valid
 
@@ -180,7 +180,8 @@ class WorkFolder:
         the manifest in force)``, the one on disk where it resumes (with its layout, whatever this run's)
         or is complete. Partial results of another job (another engine's included) are a
         JobConflictError, unless ``overwrite`` (or nothing is saved in them): then they are discarded.
-        Call it holding the lock."""
+        What killed writes left half written in the folder is removed. Call it holding the lock."""
+        remove_temporary_files(self.path)
         complete = read_json(self.file(COMPLETE))
         if isinstance(complete, dict) and same_job(complete, manifest) and written_in(complete, output) and \
                 output.is_complete(self.output_path) and \

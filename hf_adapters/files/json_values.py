@@ -4,9 +4,11 @@ no dates and no bytes), and files written whole or not at all."""
 from __future__ import annotations
 
 import datetime
+import glob
 import json
 import math
 import os
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, NamedTuple
@@ -49,18 +51,18 @@ def to_json_value(value: Any) -> Any:
     return str(value)
 
 
-#: What the name of a file :func:`write_atomically` is writing has after the final file's name.
-TEMPORARY = ".tmp"
+#: What the name of a file :func:`write_atomically` is writing has after the final file's name (then
+#: a hex number of that write's own).
+TEMPORARY = ".tmp-"
 
 
 def write_atomically(path: Path, content: str | bytes | Callable[[BinaryIO], Any]) -> None:
-    """Write ``content`` to ``path`` through a fsynced temporary file, ``NAME.tmp`` beside it, renamed
-    over it: a reader (or a killed run's successor) sees the old file or the new one, never half of
-    one, and what a killed write leaves is overwritten by the next write of the same file. One
-    process at a time writes a given file (the job's or run folder's lock holder, or the one Ray
-    worker scoring that block). ``content`` is text (UTF-8), bytes, or a function that writes the file
-    into the binary handle it is given (a Parquet table, say); the temporary file is removed where
-    writing fails.
+    """Write ``content`` to ``path`` through a fsynced temporary file of this call's own, renamed over
+    it: a reader (or a killed run's successor) sees the old file or the new one, never half of one,
+    and two processes writing the same file at once (two Ray workers saving the same block) each
+    write a whole one. ``content`` is text (UTF-8), bytes, or a function that writes the file into
+    the binary handle it is given (a Parquet table, say); the temporary file is removed where writing
+    fails, and what a killed write leaves by :func:`remove_temporary_files`.
 
     Example:
         >>> import tempfile
@@ -69,7 +71,7 @@ def write_atomically(path: Path, content: str | bytes | Callable[[BinaryIO], Any
         >>> path.read_text()
         '{"rows": 3}'
     """
-    temporary = path.with_name(f"{path.name}{TEMPORARY}")
+    temporary = path.with_name(f"{path.name}{TEMPORARY}{uuid.uuid4().hex}")
     try:
         with open(temporary, "wb") as handle:
             if isinstance(content, str):
@@ -83,6 +85,15 @@ def write_atomically(path: Path, content: str | bytes | Callable[[BinaryIO], Any
         os.replace(temporary, path)
     finally:
         temporary.unlink(missing_ok=True)
+
+
+def remove_temporary_files(folder: Path, of: str | None = None) -> None:
+    """Remove the temporary files that killed writes (:func:`write_atomically`) left in ``folder``: all
+    of them, or those of the file named ``of``. Call it where no other process is writing them (the
+    folder's lock held)."""
+    for entry in folder.glob(f"{'*' if of is None else glob.escape(of)}{TEMPORARY}*"):
+        if entry.is_file():
+            entry.unlink(missing_ok=True)
 
 
 def jsonable(value: Any) -> Any:

@@ -23,7 +23,15 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from hf_adapters.files.json_values import TORN, json_lines, json_safe, jsonable, truncate_file, write_atomically
+from hf_adapters.files.json_values import (
+    TORN,
+    json_lines,
+    json_safe,
+    jsonable,
+    remove_temporary_files,
+    truncate_file,
+    write_atomically,
+)
 from hf_adapters.files.run_folder import LockHeld, append_durably, exclusive_lock, manifest_changes
 from hf_adapters.ifeval.lm_eval_logs import remove_logs
 from hf_adapters.ifeval.prompts import is_prompt_key
@@ -81,9 +89,10 @@ def locked(folder: str | Path) -> Iterator[None]:
 def start(folder: str | Path, manifest: Mapping[str, Any], overwrite: bool = False) -> list[dict[str, Any]]:
     """Check ``folder`` (:func:`check_folder`), write the manifest, and return the samples already
     there: none for a new run or with ``overwrite`` (the old files are removed), else those of
-    ``samples.jsonl`` (:func:`recover_samples`)."""
+    ``samples.jsonl`` (:func:`recover_samples`). What killed writes left half written is removed."""
     folder = Path(folder)
     check_folder(folder, manifest, overwrite)
+    remove_temporary_files(folder)
     manifest = jsonable(manifest)
     same = (folder / SAMPLES).exists() and not overwrite
     if not same:

@@ -377,3 +377,19 @@ def test_another_engines_folder_is_started_afresh_where_it_saved_nothing_and_ref
         local.open(manifest(chunk_size=2), OutputFormat(), False)
     assert local.open(manifest(chunk_size=2), OutputFormat(), True)[0] == "fresh"
     assert sorted(path.name for path in local.path.iterdir()) == ["manifest.json"]
+
+
+def test_what_a_killed_write_left_in_the_work_folder_does_not_survive_its_next_open(tmp_path):
+    from hf_adapters.files.score_files import OutputFormat
+
+    manifest = {"scorer": {}, "model": "m", "data": "d", "rows": 8, "identified": True, "chunk_size": 4}
+    folder = WorkFolder(tmp_path / "out.jsonl", "local", lambda path, manifest, rows: 4)
+    with folder.locked():
+        assert folder.open(manifest, OutputFormat(), overwrite=False)[0] == "fresh"
+    (folder.path / "rank-00000.jsonl").write_text("{}\n")
+    (folder.path / f"{MANIFEST}.tmp-0123abcd").write_text("{")  # a rerun's manifest, killed half written
+
+    with folder.locked():
+        assert folder.open(manifest, OutputFormat(), overwrite=False)[0] == "resume"
+
+    assert sorted(entry.name for entry in folder.path.iterdir()) == ["lock", MANIFEST, "rank-00000.jsonl"]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from hf_adapters.ifeval.end_to_end import run_manifest, run_settings
-from hf_adapters.ifeval.run_folder import LOCK, MANIFEST, SAMPLES, RunFolderError, check_folder, locked
+from hf_adapters.ifeval.run_folder import LOCK, MANIFEST, SAMPLES, RunFolderError, check_folder, locked, start
 
 MODEL = {"model": "./tiny", "source": "tiny", "dtype": "float32", "device_type": "cpu",
          "files": [{"name": "config.json", "size": 600, "mtime_ns": 1_700_000_000_000_000_000,
@@ -95,3 +95,15 @@ def test_the_lock_file_goes_when_the_run_ends_and_stays_when_it_fails(tmp_path):
     with locked(folder):  # a lock file left by a killed run is no obstacle
         pass
     assert list(folder.iterdir()) == []
+
+
+def test_what_a_killed_write_left_in_the_run_folder_does_not_survive_the_next_start(tmp_path):
+    folder = tmp_path / "out"
+    with locked(folder):
+        assert start(folder, manifest()) == []
+    (folder / f"{SAMPLES}.tmp-0123abcd").write_text('{"key": 1')  # a rewrite of the samples, killed
+
+    with locked(folder):
+        start(folder, manifest())
+
+    assert sorted(entry.name for entry in folder.iterdir()) == [MANIFEST]
