@@ -1,5 +1,6 @@
 """What the package prints for the person at the terminal beside its results: its own warnings as one line
-(:func:`warn_user`), and log lines above the progress bars rather than inside them (:class:`LogAboveBarsHandler`)."""
+(:func:`warn_user`), log lines above the progress bars rather than inside them (:class:`LogAboveBarsHandler`), and
+progress bars that draw their last line once (:func:`progress_bar`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import sys
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 
 def warn_user(message: str, category: type[Warning] = UserWarning) -> None:
@@ -49,3 +51,22 @@ class LogAboveBarsHandler(logging.StreamHandler):
             self.flush()
         except Exception:  # as logging.StreamHandler: a failing handler must not stop the program
             self.handleError(record)
+
+
+def progress_bar(**options: Any) -> Any:
+    """A ``tqdm.auto`` bar (tqdm's ``options``) whose last line is drawn once: closing it ends the line its last
+    update drew where that line shows the final count, rather than drawing the line again after it (as tqdm does,
+    which a log, unlike a terminal, shows as a second line)."""
+    from tqdm.auto import tqdm
+
+    class _LastLineOnce(tqdm):
+        def close(self) -> None:
+            self._last_line_drawn = not self.disable and self.n == getattr(self, "last_print_n", None)
+            super().close()
+
+        def display(self, msg: str | None = None, pos: int | None = None, **more: Any) -> bool:
+            if msg is None and getattr(self, "_last_line_drawn", False):
+                return True
+            return super().display(msg, pos, **more)
+
+    return _LastLineOnce(**options)

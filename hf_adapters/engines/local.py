@@ -4,9 +4,10 @@ a row scorer in this process, or sharded over accelerate's processes; crash-safe
 A job writing ``OUTPUT`` keeps its progress in its work folder, ``OUTPUT.parts/``
 (:class:`~hf_adapters.engines.work_folder.WorkFolder`: the lock process 0 holds while the job runs,
 the manifest with the chunk size the job started with, ``complete.json``), and in it
-``choices.json`` (what process 0's backend chose by measuring, such as the CPU kernel of the
-float32 products, or the token budget chosen from a GPU's free memory: a rerun makes the same
-choices, so that a resumed file is the file of an uninterrupted run) and one append-only part per
+``choices.json`` (what process 0's backend chose by measuring on its first chunk, such as the CPU
+kernel of the float32 products, or on a GPU the token budget and whether the body is compiled: the
+other processes wait for them and make the same, and so does a rerun, so that a resumed file is the
+file of an uninterrupted run) and one append-only part per
 process (:mod:`hf_adapters.engines.local_parts`). The rows are cut into chunks once, when the job
 starts, of ``save_every`` rows (``--save-every``; default
 :func:`~hf_adapters.engines.chunks.default_save_every`: 16 on the CPU, 4,096 on an accelerator);
@@ -296,10 +297,17 @@ def _run_locked(dataset: Dataset | IterableDataset, scorer: RowScorer, plan: _Pl
     bar = tqdm(total=None if known is None else max(known - already, 0), unit="row",
                disable=not (plan.progress and state.is_main_process),
                desc="Scoring" if state.num_processes == 1 else f"Scoring (process 0 of {state.num_processes})")
+    shared = state.num_processes == 1 or bool(choices)  # whether every process makes process 0's choices
+    first = True
     with open(part_path(folder.path, state.process_index), "ab") as handle, bar:
         for start, rows in mine:
             if is_stream(dataset):
                 scorer.check_rows(rows, start)
+            if not shared and not state.is_main_process:  # wait for those process 0 makes on its first chunk
+                choices, shared = _share_choices(scorer, choices, state), True
+            if first and not choices and known is not None:
+                _tell_job_size(scorer, rows, math.ceil(max(known - already, 0) / state.num_processes))
+            first = False
             values = score_chunk(scorer, rows, start, plan.columns)
             if state.is_main_process and (made := scorer.measured_choices()) != choices:
                 write_atomically(folder.file(CHOICES), json.dumps(made, sort_keys=True))  # before the scores
@@ -307,6 +315,10 @@ def _run_locked(dataset: Dataset | IterableDataset, scorer: RowScorer, plan: _Pl
             append_durably(handle, b"".join(part_line(i, row, cells)
                                             for i, (row, cells) in enumerate(zip(rows, values, strict=True), start)))
             bar.update(len(rows))
+            if not shared:  # process 0, its first chunk scored
+                choices, shared = _share_choices(scorer, choices, state), True
+    if not shared:  # a process with no chunk to score still takes part
+        _share_choices(scorer, choices, state)
     done_marker(folder.path, state.process_index).touch()
 
     _wait_for_parts(folder.path, state.num_processes)
@@ -318,6 +330,28 @@ def _run_locked(dataset: Dataset | IterableDataset, scorer: RowScorer, plan: _Pl
         folder.finish(plan.output, in_force, num_rows, valid)
     valid = _from_main_process(valid, state)
     return JobSummary(num_rows, valid, time.perf_counter() - started, num_rows - already)
+
+
+def _share_choices(scorer: RowScorer, choices: dict[str, Any], state: PartialState) -> dict[str, Any]:
+    """Process 0's measured choices, made by every process's scorer (a collective: process 0 calls it after
+    scoring its first chunk, the others before scoring theirs), so that every row is scored as process 0's."""
+    choices = _from_main_process(choices, state)
+    if not state.is_main_process:
+        scorer.reuse_measured_choices(choices)
+    return choices
+
+
+def _tell_job_size(scorer: RowScorer, rows: list[dict[str, Any]], job_rows: int) -> None:
+    """Tell the scorer's backends the tokens of the ``job_rows`` rows this process scores, from those of its
+    first chunk's ``rows`` (:func:`~hf_adapters.engines.job_estimate.tell_job_tokens`), so that a choice made
+    on the job's size (compiling) is final once made; where they cannot be counted, the chunk's scoring
+    says why."""
+    from hf_adapters.engines.job_estimate import tell_job_tokens
+
+    try:
+        tell_job_tokens(scorer, rows, job_rows)
+    except Exception:  # noqa: BLE001 - the chunk's own scoring reports what is wrong with its rows
+        logger.debug("The job's tokens could not be counted.", exc_info=True)
 
 
 def _my_chunks(dataset: Dataset | IterableDataset, done: set[int], num_rows: int | None, chunk_size: int,

@@ -69,6 +69,21 @@ def test_the_command_lines_row_warning_is_written_above_its_progress_bar(tiny_mo
     assert bar_then_text is None, repr(bar_then_text.group(0))
 
 
+def test_the_command_lines_last_progress_line_is_written_once(tiny_model_dir, tmp_path):
+    """The local engine's bar at its end: the line of the final count once, not drawn again by closing the bar
+    (every update draws here, as the last one does on a slow model)."""
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps({"id": i, "instruction": f"Say {i}.", "output": "A fox."}) + "\n"
+                            for i in range(4)), encoding="utf-8")
+    config = tmp_path / "ppl.yaml"
+    config.write_text(f"name: PPLScorer\nmodel: {tiny_model_dir}\nbatch_size: 2\n", encoding="utf-8")
+    result = subprocess.run([sys.executable, "-m", "hf_adapters", "score", str(config), "--data", str(rows),
+                             "--output", str(tmp_path / "scores.jsonl"), "--save-every", "2"],
+                            cwd=tmp_path, capture_output=True, text=True, check=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "TQDM_MININTERVAL": "0"})
+    assert len(re.findall(r"Scoring: *100%", result.stderr)) == 1, result.stderr
+
+
 def test_a_warning_for_the_user_goes_above_the_progress_bar_on_stderr(capsys, monkeypatch):
     monkeypatch.setattr(warnings, "showwarning", lambda message, category, filename, lineno, file=None, line=None:
                         sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line)))
