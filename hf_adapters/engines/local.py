@@ -49,8 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tqdm.auto import tqdm
-
+from hf_adapters.core.console import progress_bar
 from hf_adapters.core.options import positive_int
 from hf_adapters.engines.base import Engine, ScoringJob
 from hf_adapters.engines.chunks import ACCELERATOR_SAVE_EVERY, CPU_SAVE_EVERY, default_save_every, score_chunk
@@ -294,9 +293,9 @@ def _run_locked(dataset: Dataset | IterableDataset, scorer: RowScorer, plan: _Pl
 
     mine = _my_chunks(dataset, done, num_rows, chunk_size, folder, state)
     known = num_rows if num_rows is not None else plan.expected_rows
-    bar = tqdm(total=None if known is None else max(known - already, 0), unit="row",
-               disable=not (plan.progress and state.is_main_process),
-               desc="Scoring" if state.num_processes == 1 else f"Scoring (process 0 of {state.num_processes})")
+    bar = progress_bar(total=None if known is None else max(known - already, 0), unit="row",
+                       disable=not (plan.progress and state.is_main_process),
+                       desc="Scoring" if state.num_processes == 1 else f"Scoring (process 0 of {state.num_processes})")
     shared = state.num_processes == 1 or bool(choices)  # whether every process makes process 0's choices
     first = True
     with open(part_path(folder.path, state.process_index), "ab") as handle, bar:
