@@ -149,14 +149,15 @@ class ScoringJob:
         return cls(config, str(data), output_location(output), output_format, split=split, streaming=streaming,
                    device=device, overwrite=overwrite, progress=progress, config_path=config_path)
 
-    def check_output(self) -> None:
+    def check_output(self, parts: Sequence[str] = ()) -> None:
         """Refuse, before any work, an output that would destroy an input or could not be written
-        (:func:`~hf_adapters.files.output_paths.check_output_path`; a ValueError)."""
+        (:func:`~hf_adapters.files.output_paths.check_output_path`; a ValueError), the engine's files
+        in the work folder included: ``parts``, the names of the files it saves rows in (one of each kind)."""
         from hf_adapters.files.output_paths import check_output_path
 
         check_output_path(self.output_path, {"data": self.data, "config": self.config_path},
                           folder=self.output_format.kind == "parquet",
-                          work_files=work_files(self.output_path, self.output_format))
+                          work_files=work_files(self.output_path, self.output_format, parts))
 
     def build_scorer(self) -> RowScorer:
         """The config's scorer, on the job's device (a ValueError where it runs no model), checked to

@@ -69,6 +69,7 @@ from hf_adapters.engines.job_files import (
 )
 from hf_adapters.engines.local_parts import (
     LAYOUT,
+    PART_FILES,
     chunk_rows,
     done_marker,
     merge_parts,
@@ -129,7 +130,7 @@ class LocalEngine(Engine):
         """Check the output and the scorer, read the rows (process 0 of each node first, filling
         ``datasets``' cache) and score them (:func:`run_scoring_job`); every process returns the summary."""
         state = _processes()
-        job.check_output()
+        job.check_output(parts=PART_FILES)
         scorer = job.build_scorer()
         with state.local_main_process_first():
             dataset = job.read_rows()

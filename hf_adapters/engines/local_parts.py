@@ -39,6 +39,10 @@ def done_marker(work_dir: Path, rank: int) -> Path:
     return work_dir / f"rank-{rank:05d}.done"
 
 
+#: The names of one of each kind of file in which the processes save their rows (for the output's check).
+PART_FILES = (part_path(Path(), 0).name, done_marker(Path(), 0).name)
+
+
 def chunk_rows(chunk: int, num_rows: int | None, chunk_size: int) -> range:
     """The rows of a chunk (of a stream whose end is not known yet, a whole chunk's)."""
     stop = (chunk + 1) * chunk_size

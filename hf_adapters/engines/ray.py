@@ -68,6 +68,7 @@ from hf_adapters.engines.ray_parts import (
     block_name,
     finished_parts,
     merge_parts,
+    part_files,
     work_folder,
 )
 from hf_adapters.files.score_files import OutputFormat
@@ -154,7 +155,7 @@ class RayEngine(Engine):
         self.check(job, PartialState().num_processes)
         if self.file_per_block and job.output_format.kind != "parquet":
             raise ValueError("--file-per-block: only with --output-format parquet (a JSONL output is one file).")
-        job.check_output()
+        job.check_output(parts=part_files(job.output_format))
         job.build_scorer()  # an unknown scorer or output is refused before Ray starts
         return run_ray_scoring_job(job, num_workers=self.num_workers, gpus_per_worker=self.gpus_per_worker,
                                    address=self.address, rows_per_block=self.rows_per_block,

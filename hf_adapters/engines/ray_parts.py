@@ -78,6 +78,12 @@ def part_file(work_dir: Path, name: str, output: OutputFormat) -> Path:
     return work_dir / f"{name}.{'parquet' if output.kind == 'parquet' else 'jsonl'}"
 
 
+def part_files(output: OutputFormat) -> tuple[str, str]:
+    """The names of a part of a job writing ``output`` and of its record (for the output's check)."""
+    name = "part-00000-data-000000000000-000000000001"
+    return part_file(Path(), name, output).name, f"{name}{DONE}"
+
+
 def save_part(work_dir: Path, name: str, output: OutputFormat, records: bytes | pa.Table, rows: int,
               valid: int) -> None:
     """Write a block's ``records`` (JSONL bytes, or a table for Parquet) as its part, durably and

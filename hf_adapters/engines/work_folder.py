@@ -30,7 +30,7 @@ import contextlib
 import json
 import logging
 import shutil
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -82,13 +82,13 @@ def work_dir_for(output_path: str | Path) -> Path:
     return output_path.with_name(output_path.name + ".parts")
 
 
-def work_files(output_path: str | Path, output: OutputFormat) -> list[Path]:
-    """Files a job writes on the way to ``output_path`` (one of each kind): its part, manifest and
-    markers in the work directory, the temporary output and, for Parquet, the shards."""
+def work_files(output_path: str | Path, output: OutputFormat, parts: Iterable[str] = ()) -> list[Path]:
+    """Files a job writes on the way to ``output_path`` (one of each kind): in the work directory,
+    the engine's ``parts`` (the names of the files it saves rows in) and the folder's manifest and
+    markers; the temporary output and, for Parquet, the shards."""
     output_path, work_dir = Path(output_path), work_dir_for(output_path)
     temporary = output_path.with_name(output_path.name + ".tmp")
-    files = [work_dir / name for name in ("rank-00000.jsonl", "rank-00000.done", MANIFEST, COMPLETE, STREAM_ROWS,
-                                          CHOICES, LOCK)]
+    files = [work_dir / name for name in (*parts, MANIFEST, COMPLETE, STREAM_ROWS, CHOICES, LOCK)]
     if output.kind == "parquet":
         return [*files, *(folder / SHARD_PATTERN.format(0) for folder in (output_path, temporary))]
     return [*files, temporary]

@@ -393,3 +393,18 @@ def test_what_a_killed_write_left_in_the_work_folder_does_not_survive_its_next_o
         assert folder.open(manifest, OutputFormat(), overwrite=False)[0] == "resume"
 
     assert sorted(entry.name for entry in folder.path.iterdir()) == ["lock", MANIFEST, "rank-00000.jsonl"]
+
+
+def test_the_work_files_the_output_check_sees_are_the_engines_parts_and_the_folders_own(tmp_path):
+    from hf_adapters.engines.local_parts import PART_FILES
+    from hf_adapters.engines.ray_parts import part_files
+    from hf_adapters.engines.work_folder import work_files
+    from hf_adapters.files.score_files import OutputFormat
+
+    output = tmp_path / "out.jsonl"
+    names = [path.name for path in work_files(output, OutputFormat(), ("block.jsonl", "block.done"))]
+
+    assert names == ["block.jsonl", "block.done", MANIFEST, COMPLETE, "rows.json", "choices.json", "lock",
+                     "out.jsonl.tmp"]
+    assert PART_FILES == ("rank-00000.jsonl", "rank-00000.done")
+    assert part_files(OutputFormat("parquet"))[0].endswith(".parquet")
