@@ -19,6 +19,21 @@ def plural(count: int, noun: str) -> str:
     return f"{count} {noun_for(count, noun)}"
 
 
+def longer_than_max_length(count: int, noun: str, max_length: int | None, cut: str | None = None) -> str:
+    """The warning for ``count`` texts, rows or turns (``noun``) longer than ``max_length`` and truncated to fit,
+    worded one way by every formula; ``cut`` names the part of each that was cut, where not the whole.
+
+    Example:
+        >>> longer_than_max_length(2, "row", 512, "output")
+        '2 rows longer than max_length=512 were truncated (their outputs cut to fit).'
+        >>> longer_than_max_length(1, "text", 2048)
+        '1 text longer than max_length=2048 was truncated.'
+    """
+    one = count == 1
+    part = "" if cut is None else f" ({'its' if one else 'their'} {cut if one else noun_for(count, cut)} cut to fit)"
+    return f"{plural(count, noun)} longer than max_length={max_length} {'was' if one else 'were'} truncated{part}."
+
+
 def full_disk(error: OSError, folder: str | Path) -> str | None:
     """What stopped a command when a write failed with ``error`` on a full device (no space left, or the
     disk quota exceeded), as its ``error:`` line begins: where (the file ``error`` names, else the

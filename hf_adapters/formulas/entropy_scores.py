@@ -34,6 +34,7 @@ from hf_adapters.backends import LikelihoodBackend
 from hf_adapters.core.conventions import peer_text_pairs
 from hf_adapters.core.likelihood import ContinuationScore
 from hf_adapters.core.options import OptionSpec, check_choice, check_max_length
+from hf_adapters.core.wording import longer_than_max_length
 from hf_adapters.formulas.ifd import CHAT_TEMPLATE, IFDOptions, ifd_items, labels_or_numbers, warn_template_markers
 
 logger = logging.getLogger(__name__)
@@ -161,7 +162,7 @@ def answer_pairs(backend: LikelihoodBackend, instructions: Sequence[str], inputs
                                  template_no_input=prompt.prompt_template_no_input, max_length=max_length,
                                  labels=labels, score=score)
     if truncated:
-        logger.warning("%d row(s) were longer than max_length=%s; their outputs were truncated.", truncated, max_length)
+        logger.warning(longer_than_max_length(truncated, "row", max_length, "output"))
     return pairs
 
 

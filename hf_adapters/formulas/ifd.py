@@ -35,6 +35,7 @@ from hf_adapters.core.options import (
     takes_options,
 )
 from hf_adapters.core.texts import instruction_with_input, token_strings
+from hf_adapters.core.wording import longer_than_max_length
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -429,7 +430,7 @@ def score_ifd(
             template_no_input=options.prompt_template_no_input, max_length=max_length, labels=labels,
         )
     if truncated:
-        logger.warning("%d row(s) were longer than max_length=%s; their outputs were truncated.", truncated, max_length)
+        logger.warning(longer_than_max_length(truncated, "row", max_length, "output"))
     pairs = score_pairs(backend, items, max_length=max_length, batch_size=batch_size, progress=progress,
                         token_losses=options.return_token_losses)
     result = ifd_result(pairs, options.ratio)
@@ -469,8 +470,7 @@ def score_conversation_ifd(
     flat = [pair for pairs in per_conversation for pair in pairs]
     items, truncated = fit_pairs([c for c, _ in flat], [a for _, a in flat], turn_labels, max_length)
     if truncated:
-        logger.warning("%d turn(s) were longer than max_length=%s; their answers were truncated.", truncated,
-                       max_length)
+        logger.warning(longer_than_max_length(truncated, "turn", max_length, "answer"))
     scored = iter(score_pairs(backend, items, max_length=max_length, batch_size=batch_size, progress=progress))
     ifd, turn_ifd, conditional_ppl, direct_ppl = [], [], [], []
     for pairs in per_conversation:

@@ -23,6 +23,7 @@ from hf_adapters.backends.base import scores_are_stand_ins
 from hf_adapters.core.likelihood import ContinuationScore
 from hf_adapters.core.options import OptionSpec, check_max_length, split_options, takes_options
 from hf_adapters.core.texts import check_texts, text_items
+from hf_adapters.core.wording import longer_than_max_length
 
 logger = logging.getLogger(__name__)
 
@@ -100,7 +101,7 @@ def score_texts(
         progress=progress, desc="Information parity",
     ) if distinct else []
     if truncated := sum(score.truncated for score in scores):
-        logger.warning("%d text(s) were longer than max_length and were truncated.", truncated)
+        logger.warning(longer_than_max_length(truncated, "text", backend.window(options.max_length)))
     result = {**known, **dict(zip(distinct, scores, strict=True))}
     if scope is not None and not scores_are_stand_ins():
         for text, score in result.items():

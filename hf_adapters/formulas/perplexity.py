@@ -24,6 +24,7 @@ from hf_adapters.core.options import (
     takes_options,
 )
 from hf_adapters.core.texts import check_texts, rolling_items, text_items, token_strings
+from hf_adapters.core.wording import longer_than_max_length
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -181,8 +182,8 @@ def score_perplexity(
                                    desc="Perplexity", token_losses=options.return_token_losses,
                                    entropies=options.return_entropy)
     if truncated := sum(score.truncated for score in scores):
-        logger.warning("%d text(s) were longer than max_length and were truncated; pass `stride` to score every "
-                       "token in rolling windows.", truncated)
+        logger.warning("%s Pass `stride` to score every token in rolling windows.",
+                       longer_than_max_length(truncated, "text", backend.window(options.max_length)))
     result = with_entropies(summarize_perplexity(scores), scores, options.return_entropy)
     if options.return_token_losses:
         return with_token_losses(result, tokenizer, [continuation for _, continuation in items], scores)
