@@ -72,7 +72,7 @@ from hf_adapters.engines.ray_parts import (
     work_folder,
 )
 from hf_adapters.files.score_files import OutputFormat
-from hf_adapters.scorers.scored_rows import declared_fields, default_save_every
+from hf_adapters.engines.chunks import declared_fields, default_save_every
 
 if TYPE_CHECKING:
     from hf_adapters.engines.ray_blocks import WorkerScorer
