@@ -82,6 +82,10 @@ class LikelihoodBackend(ABC):
     #: likewise refused where it does not.
     computes_greedy: ClassVar[bool] = False
     tokenizer: PreTrainedTokenizerBase
+    #: The tokens the whole job sends through this backend in this process, where the caller knows them
+    #: (the local engine sets them before the job's first rows): a backend whose choices depend on the
+    #: job's size (the transformers backend's ``compile="auto"``) reads them.
+    job_tokens: int | None = None
 
     @property
     def max_length(self) -> int | None:

@@ -205,8 +205,12 @@ class SharedPasses:
     def tokens(self) -> int:
         """The tokens the recorded calls send through a model: the length of each sequence that runs a
         forward pass (:meth:`count`'s)."""
-        return sum(len(ids) for calls in self._calls.values() for keys in self._groups(calls).values()
-                   for ids, _ in _hosts(keys))
+        return sum(tokens for _, tokens in self.backend_tokens())
+
+    def backend_tokens(self) -> list[tuple[LikelihoodBackend, int]]:
+        """Each backend the recorded calls went to, with the tokens they send through it (:meth:`tokens`)."""
+        return [(backend, sum(len(ids) for keys in self._groups(self._calls[key]).values() for ids, _ in _hosts(keys)))
+                for key, backend in self._backends.items()]
 
     def run(self) -> None:
         """Score every distinct recorded sequence, one backend call per backend and set of per-token outputs."""

@@ -57,14 +57,31 @@ def _members(scorer: RowScorer) -> Sequence[RowScorer]:
     return getattr(scorer, "members", [scorer])
 
 
-def recorded_work(scorer: RowScorer, batch: Mapping[str, list]) -> tuple[int, int]:
-    """(forward passes, tokens) that scoring ``batch`` sends through the model, recorded with nothing run."""
+def _recorded(scorer: RowScorer, batch: Mapping[str, list]) -> SharedPasses:
+    """The likelihood calls of scoring ``batch``, recorded with nothing run."""
     shared = SharedPasses()
     with shared.recording():
         for member in _members(scorer):
             if member.runs_model:
                 member.score_batch(batch)
+    return shared
+
+
+def recorded_work(scorer: RowScorer, batch: Mapping[str, list]) -> tuple[int, int]:
+    """(forward passes, tokens) that scoring ``batch`` sends through the model, recorded with nothing run."""
+    shared = _recorded(scorer, batch)
     return shared.count()[1], shared.tokens()
+
+
+def tell_job_tokens(scorer: RowScorer, rows: Sequence[Mapping[str, Any]], job_rows: int) -> None:
+    """Set the ``job_tokens`` of each backend the scorer runs: the tokens scoring ``rows`` sends through it
+    (recorded with nothing run), scaled to ``job_rows`` rows, so that a choice that depends on the job's
+    size (``compile="auto"``) is final when the backend makes it."""
+    if not rows:
+        return
+    batch = {name: [row[name] for row in rows] for name in rows[0]}
+    for backend, tokens in _recorded(scorer, batch).backend_tokens():
+        backend.job_tokens = math.ceil(tokens * job_rows / len(rows))
 
 
 def sample_indices(rows: int, sample_rows: int) -> list[int]:

@@ -460,3 +460,44 @@ def test_a_parquet_job_resumed_with_its_columns_reordered_or_kept_writes_the_uni
         assert values == (pytest.approx(expected, rel=1e-6) if name in ("score", *IFD_COLUMNS) else expected)
 
 
+
+
+# --- Issue 62's review: the choices every process makes, and the job's size the backend is told ----------
+
+
+def test_a_process_other_than_0_makes_the_choices_process_0_measured(monkeypatch):
+    """Under accelerate, process 0 shares the choices it measured on its first chunk (a broadcast), and every
+    other process makes them before scoring its own chunks. (A unit test: ``accelerate launch --cpu`` starts a
+    single process in this environment, see the launch tests above.)"""
+    made = []
+
+    class Scorer(LengthRatioScorer):
+        def reuse_measured_choices(self, choices):
+            made.append(choices)
+
+    class ProcessOne:
+        num_processes, process_index, is_main_process = 2, 1, False
+
+    monkeypatch.setattr(local, "_from_main_process", lambda value, state: {"compile": True})  # process 0's
+    assert local._share_choices(Scorer(), {}, ProcessOne()) == {"compile": True} and made == [{"compile": True}]
+
+
+def test_the_backend_is_told_the_jobs_tokens_before_it_scores_the_first_chunk(tmp_path, model, tokenizer):
+    """So that compile=auto decides on the job's size (the first chunk's tokens per row x the job's rows),
+    once, before the first chunk is saved."""
+    from hf_adapters.engines.job_estimate import recorded_work
+
+    rows = [{"id": f"r{i}", "text": "ab " * (i + 1)} for i in range(12)]
+    told = []
+
+    class Told(TransformersBackend):
+        def score(self, items, **settings):
+            told.append(self.job_tokens)
+            return super().score(items, **settings)
+
+    backend = Told(model, tokenizer)
+    backend.identity = lambda: {"model": "tiny"}
+    scorer = PerplexityScorer(backend=backend, batch_size=4)
+    run_scoring_job(Dataset.from_list(rows), scorer, tmp_path / "scores.jsonl", progress=False)
+    first = recorded_work(scorer, {"id": [row["id"] for row in rows[:4]], "text": [row["text"] for row in rows[:4]]})
+    assert told and set(told) == {math.ceil(first[1] * 12 / 4)}
