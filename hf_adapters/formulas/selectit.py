@@ -14,6 +14,7 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +63,13 @@ class SelectitOptions(OptionSpec):
             raise ValueError(f"`alpha` must be a finite number of at least 0, got {self.alpha!r}.")
         check_max_length(self.max_length)
         check_convention(self.convention)
-        rating_prompts(self)
+        self.prompts  # noqa: B018 - read now: an unreadable file, or one of fewer than k lines, is refused here
+
+    @cached_property
+    def prompts(self) -> list[str]:
+        """The first ``k`` rating prompts (:func:`rating_prompts`), read once per spec: a scorer's check and
+        every batch it scores share one read of ``rp_file``."""
+        return rating_prompts(self)
 
     def resolved(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.names()}
@@ -113,7 +120,7 @@ def score_selectit(backend: LikelihoodBackend, instructions: Sequence[str], inpu
                    outputs: Sequence[str], options: SelectitOptions, *, batch_size: int | None = None,
                    progress: bool | None = None, labels: Sequence[str] | None = None) -> dict[str, Any]:
     """SelectIT's scores of checked rows with a backend: the body of :func:`compute_selectit`."""
-    prompts = rating_prompts(options)
+    prompts = options.prompts
     texts = [selectit_prompt(prompt, *row) for row in zip(instructions, inputs, outputs, strict=True)
              for prompt in prompts]
     encoded = backend.tokenizer(texts).input_ids if texts else []

@@ -74,6 +74,21 @@ def test_the_seed_configs_of_the_judgment_scorers_build_on_the_default_model(fil
     assert isinstance(build_scorer(load_config(CONFIGS / file)), cls)
 
 
+def test_a_selectit_scorer_reads_its_rating_prompts_file_once(model_dir, tmp_path, monkeypatch):
+    """Its check and every batch share one read of ``rp_file``."""
+    rp_file = tmp_path / "rp.txt"
+    rp_file.write_text("Rate it from 1 to 5.\nScore it 1-5.\n", encoding="utf-8")
+    reads = []
+    read_text = Path.read_text
+    monkeypatch.setattr(Path, "read_text", lambda path, *args, **kwargs: (
+        reads.append(path) if path == rp_file else None, read_text(path, *args, **kwargs))[1])
+    scorer = build_scorer({"name": "SelectitTokenScorer", "model": model_dir, "rp_file": str(rp_file), "k": 2})
+    batch = {key: [row[key] for row in RECORDS] for key in RECORDS[0]}
+    first, second = scorer.score_batch(batch), scorer.score_batch(batch)
+    assert first == second and all(math.isfinite(score) for score in first["selectit"])
+    assert reads == [rp_file]
+
+
 def test_a_deita_scorer_refuses_the_other_aspect():
     with pytest.raises(ConfigError, match="DeitaCScorer rates complexity; DeitaQScorer rates quality"):
         build_scorer({"name": "DeitaCScorer", "aspect": "quality"})
