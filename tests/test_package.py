@@ -4,6 +4,8 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
+
 import hf_adapters
 
 PACKAGE = Path(hf_adapters.__file__).parent
@@ -201,6 +203,43 @@ def test_every_earlier_module_path_imports_as_the_module_it_became():
             continue
         assert module is importlib.import_module(f"hf_adapters.{new}"), old
         assert not first_import or any(f"hf_adapters.{new}" in str(warning.message) for warning in caught), old
+
+
+#: The names ``hf_adapters.jobs`` and ``hf_adapters.ray_jobs`` offered before the work folder (at 726f673): those
+#: its module defined or imported from the package.
+EARLIER_NAMES = {
+    "jobs": """ACCELERATOR_SAVE_EVERY CHOICES COMPLETE CPU_SAVE_EVERY DEFAULT_BATCH_SIZE Engine JobConflictError
+        JobSummary LOCK LocalEngine LockHeld MANIFEST OutputFormat POLL_SECONDS SCORE STREAM_ROWS ScoringJob
+        WRITTEN_FORMAT append_durably check_dataset check_output_path column_names count_valid default_save_every
+        exclusive_lock finished_in_other_layout finished_job format_record interrupted_line is_stream iter_rows
+        job_changes job_manifest logger manifest_columns output_schema positive_int read_json record_finished_job
+        records rows_of rows_without_manifest run_scoring_job same_job saved_rows score_chunk score_dataset
+        score_schema scored_record shard_range truncate_file whole_json_lines work_dir_for write_atomically
+        write_output written_in""",
+    "ray_jobs": """BACKEND_LOG_LEVEL BLOCKS_PER_WORKER DEFAULT_ROWS_PER_BLOCK ENGINE Engine EngineError FILE_PER_BLOCK
+        JobConflictError JobSummary LOCK LockHeld OutputFormat PARTS RayEngine RayJobError ScoringJob block_name
+        check_dataset count_valid default_rows_per_block default_save_every discard_if_nothing_saved exclusive_lock
+        finish finished_in_other_layout finished_job finished_parts interrupted_line job_manifest logger merge_parts
+        non_negative_float open_work_dir output_schema part_layout positive_int remove_temporary_files
+        run_ray_scoring_job saved_rows score_schema work_dir_for worker_error""",
+}
+
+
+@pytest.mark.parametrize("old", sorted(EARLIER_NAMES))
+def test_every_name_an_earlier_engine_module_offered_resolves_under_its_old_path(old):
+    import importlib
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        module = importlib.import_module(f"hf_adapters.{old}")
+        missing = [name for name in EARLIER_NAMES[old].split() if not hasattr(module, name)]
+        assert missing == []
+        with pytest.warns(DeprecationWarning, match="hf_adapters.engines.work_folder.work_dir_for"):
+            assert module.work_dir_for("scores/ppl.jsonl").as_posix() == "scores/ppl.jsonl.parts"
+        assert module.interrupted_line(3, 10, Path("out.parts")).startswith("Interrupted: 3 of 10 rows are saved")
+    with pytest.raises(AttributeError, match="no attribute 'no_such_name'"):
+        module.no_such_name  # noqa: B018
 
 
 def test_setup_cfg_lists_every_package_folder_and_the_metric_modules():
