@@ -10,6 +10,7 @@ import argparse
 import contextlib
 import os
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from hf_adapters.core import plugins
 from hf_adapters.core.options import (
@@ -41,11 +42,12 @@ class SetsEnvironment(argparse.Action):
     """An option whose value also becomes the environment variable ``env`` of this process (and so of
     the processes it starts, Ray's workers included), as the backend reads its setting from it."""
 
-    def __init__(self, *args, env: str, **kwargs):
+    def __init__(self, *args: Any, env: str, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.env = env
 
-    def __call__(self, parser, namespace, values, option_string=None):
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
         setattr(namespace, self.dest, values)
         os.environ[self.env] = values
 
@@ -66,13 +68,14 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, overrides: bool = Fa
                         help="most rows per forward pass; scores do not depend on it"
                         + (f" (overrides the config; none removes its cap, as a GPU wants: then {DEFAULT_BATCH_SIZE} "
                            "rows on the CPU, and on a GPU the token budget alone bounds each batch)" if overrides else
-                           f" (default: {DEFAULT_BATCH_SIZE} on the CPU; on a GPU none, a token budget chosen from its "
-                           "free memory bounds each batch)"))
+                           f" (default: {DEFAULT_BATCH_SIZE} on the CPU; on a GPU none, a token budget chosen by "
+                           "timing, within what its free memory allows, bounds each batch)"))
     if token_budget:
         parser.add_argument("--max-batch-tokens", type=positive_int, default=None, metavar="N",
                             help="most padded tokens (rows x longest row) per forward pass of the transformers "
                             f"backend; scores do not depend on it{of_config} (default: 2,048 on the CPU; on a GPU "
-                            "chosen from its free memory, at most 65,536)")
+                            "the fastest of a few budgets timed on the first batches, within what its free memory "
+                            "allows, at most 65,536)")
         parser.add_argument("--compile", choices=COMPILE_SETTINGS, default=None, action=SetsEnvironment,
                             env=COMPILE_ENV, help="run the model's body under torch.compile: auto (on a GPU, where "
                             "the job's tokens repay the compile time), on or off; scores stay within the exactness "

@@ -19,8 +19,10 @@ Killed at any point (the driver, a worker, a node) and run again, the job skips 
 written, after the local engine's identity checks (model, options, data fingerprint, score
 columns) and a check that this run writes the records as the parts hold them (the format, the
 rows' own columns or not, the score columns' order; else it is refused, naming the option): its
-output is the file of an uninterrupted run, byte for byte where the scores are deterministic (a
-GPU, or ``HF_ADAPTERS_CPU_LINEAR`` pinning the CPU kernel). Ray also replaces a worker that dies
+output is the file of an uninterrupted run, byte for byte where the scores are deterministic: on a
+CPU with ``HF_ADAPTERS_CPU_LINEAR`` pinning the kernel, on a GPU with ``--compile on|off`` and
+``--max-batch-tokens`` given (each worker measures its own token budget and ``compile=auto``
+choice, and no run records them, so a rerun's workers may choose otherwise). Ray also replaces a worker that dies
 during the run. With ``--streaming`` each block's rows are checked just before they are scored,
 not all first. A finished job is recorded as the default engine records it: running it again (on
 either engine) does nothing, unless it asks for the other Parquet layout (``file_per_block`` or

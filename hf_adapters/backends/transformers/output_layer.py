@@ -11,12 +11,14 @@ as before; only the order of the sums differs.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import torch
 
 from hf_adapters.backends.transformers.batching import OUTPUT_VOCAB_SLICE
 
 
-def _slices(logits: torch.Tensor, width: int | None):
+def _slices(logits: torch.Tensor, width: int | None) -> Iterator[torch.Tensor]:
     width = width or OUTPUT_VOCAB_SLICE
     return (logits[:, start:start + width] for start in range(0, logits.shape[-1], width))
 
