@@ -32,6 +32,7 @@ import os
 import threading
 import uuid
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -136,8 +137,25 @@ def load_engine(model_id: str, dtype: Any, device: Any, engine_args: dict[str, A
             except Exception as error:
                 lines = [line for line in str(error).splitlines() if line.strip()] or [type(error).__name__]
                 raise VLLMUnavailableError(f"vLLM could not run {model_id!r} ({path}): {lines[-1][:300]} "
-                                           "Score it with backend='transformers'.") from error
+                                           f"Score it with backend={_other_backend(path)!r}.") from error
         return _ENGINES[key], platform, dtype_name
+
+
+def _other_backend(path: str) -> str:
+    """The backend that runs the checkpoint at ``path`` where vLLM cannot: ``reward-model`` for a sequence
+    classifier (a reward model, as its config's ``architectures`` say), else ``transformers``."""
+    config = Path(path) / "config.json"
+    if not config.is_file():  # a hub id: its config as vLLM fetched it, if it did
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(path, "config.json")
+        config = Path(cached) if isinstance(cached, str) else config
+    try:
+        architectures = json.loads(config.read_text(encoding="utf-8")).get("architectures") or []
+    except (OSError, ValueError, AttributeError):
+        architectures = []
+    classifier = any(str(name).endswith("ForSequenceClassification") for name in architectures)
+    return "reward-model" if classifier else "transformers"
 
 
 def _named(engine_args: dict[str, Any]) -> dict[str, Any]:

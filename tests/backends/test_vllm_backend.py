@@ -32,8 +32,9 @@ from transformers import LlamaConfig, LlamaForCausalLM, LlamaForSequenceClassifi
 
 from hf_adapters import cli
 from hf_adapters.backends import TransformersBackend, VLLMBackend, backend_class
+from hf_adapters.backends import vllm as vllm_backend
 from hf_adapters.backends.base import EntropyUnsupportedError
-from hf_adapters.backends.vllm import ENGINE_ARGS_ENV
+from hf_adapters.backends.vllm import ENGINE_ARGS_ENV, VLLMUnavailableError
 from hf_adapters.columns.dataset_columns import add_ifd_column
 from hf_adapters.formulas.deita import DeitaOptions, compute_deita, deita_prompt
 from hf_adapters.formulas.ifd import compute_ifd
@@ -473,6 +474,24 @@ def test_the_lm_eval_model_gives_nan_not_zero_for_a_text_the_backend_could_not_s
     requests = [Instance("loglikelihood_rolling", {}, (text,), i) for i, text in enumerate(["", "fox", "Cats"])]
     empty, unscorable, scored = lm_eval_model.HFAdaptersLM(backend).loglikelihood_rolling(requests)
     assert empty == 0 and math.isnan(unscorable) and math.isfinite(scored) and scored < 0
+
+
+@pytest.mark.parametrize("reward", [True, False], ids=["reward-model", "causal-lm"])
+def test_a_model_whose_architecture_vllm_does_not_know_is_sent_to_the_backend_that_runs_it(
+        reward, reward_on_vllm, model_dir, monkeypatch):
+    """vLLM's refusal of an architecture names the backend to use instead: ``reward-model`` for a reward
+    model (a sequence classifier), ``transformers`` for a causal LM."""
+    folder = reward_on_vllm[2] if reward else model_dir
+
+    def refuse(model, **settings):
+        name = json.loads((Path(model) / "config.json").read_text(encoding="utf-8"))["architectures"][0]
+        raise ValueError(f"Model architectures ['{name}'] are not supported for now.")
+
+    monkeypatch.setattr(vllm_backend, "_import_vllm", lambda: SimpleNamespace(LLM=refuse))
+    monkeypatch.setattr(vllm_backend, "_platform_device", lambda: "cpu")
+    other = "reward-model" if reward else "transformers"
+    with pytest.raises(VLLMUnavailableError, match=rf"are not supported for now\. Score it with backend='{other}'\.$"):
+        VLLMBackend.from_pretrained(folder)
 
 
 @pytest.mark.parametrize("value,message", [
