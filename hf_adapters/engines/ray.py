@@ -53,6 +53,7 @@ from tqdm.auto import tqdm
 
 from hf_adapters.core.options import non_negative_float, positive_int
 from hf_adapters.engines.base import Engine, EngineError, ScoringJob
+from hf_adapters.engines.chunks import declared_fields, default_save_every
 from hf_adapters.engines.job_files import (
     FILE_PER_BLOCK,
     PARTS,
@@ -74,7 +75,6 @@ from hf_adapters.engines.ray_parts import (
     work_folder,
 )
 from hf_adapters.files.score_files import OutputFormat
-from hf_adapters.engines.chunks import declared_fields, default_save_every
 
 if TYPE_CHECKING:
     from hf_adapters.engines.ray_blocks import WorkerScorer
