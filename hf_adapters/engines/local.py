@@ -10,7 +10,7 @@ other processes wait for them and make the same, and so does a rerun, so that a 
 file of an uninterrupted run) and one append-only part per
 process (:mod:`hf_adapters.engines.local_parts`). The rows are cut into chunks once, when the job
 starts, of ``save_every`` rows (``--save-every``; default
-:func:`~hf_adapters.engines.chunks.default_save_every`: 16 on the CPU, 4,096 on an accelerator);
+:func:`~hf_adapters.core.scored_rows.default_save_every`: 16 on the CPU, 4,096 on an accelerator);
 the batch size has no say in it. A chunk's rows are scored together (the backend batches them as it
 likes) and saved together. Each run splits the chunks still to do into contiguous runs, one per
 process, so a job may resume with any number of processes, any batch size and any ``save_every``
@@ -51,8 +51,9 @@ from typing import TYPE_CHECKING, Any
 
 from hf_adapters.core.console import progress_bar
 from hf_adapters.core.options import positive_int
+from hf_adapters.core.scored_rows import ACCELERATOR_SAVE_EVERY, CPU_SAVE_EVERY, default_save_every, device_type_of
 from hf_adapters.engines.base import Engine, ScoringJob
-from hf_adapters.engines.chunks import ACCELERATOR_SAVE_EVERY, CPU_SAVE_EVERY, default_save_every, score_chunk
+from hf_adapters.engines.chunks import score_chunk
 from hf_adapters.engines.job_files import (
     JobSummary,
     check_dataset,
@@ -161,15 +162,6 @@ class _Plan:
     expected_rows: int | None
 
 
-def _device_type(scorer: RowScorer, state: PartialState) -> str:
-    """The type of the device the scorer's model runs on, as far as it is known before loading it:
-    its identity's, a loaded model's, else accelerate's device."""
-    identity = scorer.model_identity() or {}
-    model = getattr(scorer, "model_object", None)
-    device = getattr(model, "device", None)
-    return identity.get("device_type") or getattr(device, "type", None) or state.device.type
-
-
 def saved_rows(output_path: str | Path) -> tuple[int, int | None]:
     """How many rows the job writing ``output_path`` has saved (the rows of the complete chunks in its
     part files; all of them once its output is complete), and how many rows its data has (None for a
@@ -243,7 +235,7 @@ def run_scoring_job(
     dataset = dataset if streaming else dataset.with_format(None)
     if save_every is not None and (isinstance(save_every, bool) or not isinstance(save_every, int) or save_every < 1):
         raise ValueError(f"`save_every` must be a positive whole number of rows, got {save_every!r}.")
-    chunk_size = save_every or default_save_every(_device_type(scorer, state))
+    chunk_size = save_every or default_save_every(device_type_of(scorer, default=state.device.type))
     columns = output.columns_of(scorer.outputs, scorer.named_outputs)
     scorer.use_columns(column_names(dataset))
     manifest = job_manifest(scorer, data_fingerprint or dataset._fingerprint, None if streaming else len(dataset),

@@ -52,8 +52,8 @@ from typing import TYPE_CHECKING, Any
 from tqdm.auto import tqdm
 
 from hf_adapters.core.options import non_negative_float, positive_int
+from hf_adapters.core.scored_rows import declared_fields, default_save_every
 from hf_adapters.engines.base import Engine, EngineError, ScoringJob
-from hf_adapters.engines.chunks import declared_fields, default_save_every
 from hf_adapters.engines.job_files import (
     FILE_PER_BLOCK,
     PARTS,

@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hf_adapters.core.scored_rows import UndeclaredFieldError
 from hf_adapters.core.wording import FULL_DISK
-from hf_adapters.engines.chunks import UndeclaredFieldError, score_chunk
+from hf_adapters.engines.chunks import score_chunk
 from hf_adapters.engines.job_files import scored_record
 from hf_adapters.engines.ray_parts import block_name, save_part
 from hf_adapters.engines.ray_shards import ShardedData, block_tables

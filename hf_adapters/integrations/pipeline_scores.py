@@ -20,14 +20,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hf_adapters.core.options import DEFAULT_BATCH_SIZE
+from hf_adapters.core.scored_rows import (
+    UndeclaredFieldError,
+    chunk_cells,
+    declared_rows,
+    default_save_every,
+    device_type_of,
+    undeclared_read,
+)
 from hf_adapters.files.score_files import OutputFormat
 
 logger = logging.getLogger(__name__)
-
-#: Rows per call of the scorer on an accelerator when none is given, as ``hf-adapters score`` chunks rows
-#: there (``--save-every``); on the CPU, :data:`~hf_adapters.core.options.DEFAULT_BATCH_SIZE` (16), as it does.
-ACCELERATOR_ROWS_PER_CALL = 4096
 
 
 def scorer_settings(config: str | Path | Mapping[str, Any],
@@ -88,7 +91,7 @@ class PipelineScores:
         #: Each output written (output -> column), as the command's score files name them.
         self.columns = self.output.columns_of(checked.outputs, checked.named_outputs)
         self.kinds = {output: checked.output_types.get(output, "float64") for output in self.columns}
-        self.device_type = device_type_of(checked.model_identity() if checked.runs_model else None, device)
+        self.device_type = device_type_of(checked, device)
         self._scorer: Any = None
 
     def _built(self, build: Any) -> Any:
@@ -112,10 +115,8 @@ class PipelineScores:
 
     @property
     def rows_per_call(self) -> int:
-        """Rows given to the scorer at once."""
-        if self._rows_per_call is not None:
-            return self._rows_per_call
-        return DEFAULT_BATCH_SIZE if self.device_type == "cpu" else ACCELERATOR_ROWS_PER_CALL
+        """Rows given to the scorer at once (where not given, as the command's chunks on this device)."""
+        return self._rows_per_call or default_save_every(self.device_type)
 
     def refuse_taken_columns(self, names: Iterable[str], holder: str = "The data has a column") -> None:
         """A ValueError naming the first of ``names`` (a row's fields) that a score column would replace
@@ -155,6 +156,8 @@ class PipelineScores:
     def _run_cells(self, scorer: Any, rows: Sequence[Mapping[str, Any]], offset: int) -> list[dict[str, Any]]:
         try:
             return self._cells(scorer, rows, offset)
+        except UndeclaredFieldError:
+            raise
         except (ValueError, TypeError) as error:
             logger.warning("Scoring rows %d-%d failed (%s); scoring them one by one.", offset,
                            offset + len(rows) - 1, error)
@@ -171,6 +174,8 @@ class PipelineScores:
     def _row_cells(self, scorer: Any, row: Mapping[str, Any], number: int) -> dict[str, Any]:
         try:
             return self._cells(scorer, [row], number)[0]
+        except UndeclaredFieldError:
+            raise
         except (ValueError, TypeError) as error:
             from hf_adapters.scorers.base import row_name
 
@@ -178,40 +183,21 @@ class PipelineScores:
             return self._nan_cells()
 
     def _cells(self, scorer: Any, rows: Sequence[Mapping[str, Any]], offset: int) -> list[dict[str, Any]]:
-        """Each row's ``{column: value}``: the scorer's batched call on the rows, as the command scores a chunk."""
-        values = scorer.score_batch(scorer.rows_to_batch(rows, offset), offset)
-        first = next(iter(self.columns))
-        return [{column: float(values[output][i]) if output == first else _plain(values[output][i])
-                 for output, column in self.columns.items()} for i in range(len(rows))]
+        """Each row's ``{column: value}``: the scorer's batched call on the rows as it sees them (their
+        declared fields: reading another is an :class:`~hf_adapters.core.scored_rows.UndeclaredFieldError`,
+        as on every engine), as the command scores a chunk."""
+        seen = declared_rows(scorer, rows)
+        try:
+            values = scorer.score_batch(scorer.rows_to_batch(seen, offset), offset)
+        except KeyError as error:
+            if (undeclared := undeclared_read(error, seen)) is None:
+                raise
+            raise undeclared from None
+        return chunk_cells(scorer, values, self.columns, len(rows))
 
     def _nan_cells(self) -> dict[str, Any]:
         return {column: math.nan if self.kinds[output] == "float64" else None
                 for output, column in self.columns.items()}
-
-
-def _plain(value: Any) -> Any:
-    """An output value as Python holds it (a numpy or torch value or array as numbers and lists)."""
-    if hasattr(value, "tolist"):
-        return value.tolist()
-    return [_plain(item) for item in value] if isinstance(value, (list, tuple)) else value
-
-
-def device_type_of(identity: Mapping[str, Any] | None, device: str | None = None) -> str:
-    """The type of the device a scorer's model runs on, known before it loads: the ``device`` given, else
-    its identity's (a score set's first member's), else ``cuda`` where one is visible, else ``cpu``.
-
-    Example:
-        >>> device_type_of({"members": [{"device_type": "cpu"}]})
-        'cpu'
-    """
-    if device is not None:
-        return str(device).split(":")[0]
-    members = list((identity or {}).get("members") or [identity or {}])
-    if found := next((member.get("device_type") for member in members if member and member.get("device_type")), None):
-        return found
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def worker_environment(device_type: str) -> dict[str, str]:

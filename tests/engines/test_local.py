@@ -23,7 +23,8 @@ from datasets import Dataset
 from hf_adapters import cli
 from hf_adapters.backends import TransformersBackend
 from hf_adapters.backends.transformers import cpu_kernels
-from hf_adapters.engines import chunks, local
+from hf_adapters.core import scored_rows
+from hf_adapters.engines import local
 from hf_adapters.engines.local import run_scoring_job, score_dataset, shard_range
 from hf_adapters.engines.work_folder import work_dir_for
 from hf_adapters.scorers import SCORERS, PerplexityScorer, PPLScorer, RowScorer, build_scorer, register_scorer
@@ -35,7 +36,7 @@ VENV_BIN = Path(sys.executable).parent
 @pytest.fixture(autouse=True)
 def chunks_of_four_rows(monkeypatch):
     """The jobs here save every 4 rows unless they say (the chunks these tests were written for)."""
-    monkeypatch.setattr(chunks, "CPU_SAVE_EVERY", 4)
+    monkeypatch.setattr(scored_rows, "CPU_SAVE_EVERY", 4)
 
 
 @register_scorer
@@ -372,7 +373,7 @@ def test_how_often_progress_is_saved_does_not_depend_on_the_batch_size(tmp_path,
         run_scoring_job(Dataset.from_list(make_rows(13)), LengthRatioScorer(batch_size=batch_size),
                         tmp_path / f"{batch_size}.jsonl", progress=False, save_every=save_every)
         saved.append(list(chunk_offsets))
-    every = save_every or chunks.CPU_SAVE_EVERY
+    every = save_every or scored_rows.CPU_SAVE_EVERY
     assert saved == [[(start, min(every, 13 - start)) for start in range(0, 13, every)]] * 3
 
 
@@ -386,7 +387,7 @@ class LengthRatioOnAnAccelerator(LengthRatioScorer):
 def test_a_job_on_an_accelerator_saves_every_4096_rows_by_default(tmp_path, chunk_offsets):
     run_scoring_job(Dataset.from_list(make_rows(20)), LengthRatioOnAnAccelerator(), tmp_path / "o.jsonl",
                     progress=False)
-    assert chunk_offsets == [(0, 20)] and chunks.default_save_every("cuda") == 4096
+    assert chunk_offsets == [(0, 20)] and scored_rows.default_save_every("cuda") == 4096
     with pytest.raises(ValueError, match="`save_every` must be a positive whole number of rows, got 0"):
         run_scoring_job(Dataset.from_list(make_rows(2)), LengthRatioScorer(), tmp_path / "x.jsonl", save_every=0)
 

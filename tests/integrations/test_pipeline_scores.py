@@ -52,3 +52,24 @@ def test_the_range_keeps_its_bounds_and_never_a_nan_and_needs_one_bound():
         ScoreRange()
     with pytest.raises(ValueError, match="min_score 2 is above max_score 1"):
         ScoreRange(2, 1)
+
+
+def test_a_scorer_reading_a_field_it_does_not_declare_fails_in_the_engines_line(monkeypatch):
+    """The pipelines gave a scorer every field of a row, where every engine gives it only its declared ones."""
+    from hf_adapters.core.scored_rows import UndeclaredFieldError
+    from hf_adapters.scorers import RowScorer
+    from hf_adapters.scorers.base import SCORERS
+
+    class WeightedLength(RowScorer):
+        name = "WeightedLength"
+        roles = {"output": "output"}
+        text_roles = ("output",)
+
+        def score_rows(self, rows, first_row=0):
+            return [len(row["output"]) * row["weight"] for row in rows]
+
+    monkeypatch.setitem(SCORERS, "WeightedLength", WeightedLength)
+    rows = [{"id": i, "output": "ab" * i, "weight": 2} for i in range(3)]
+    with pytest.raises(UndeclaredFieldError, match="^WeightedLength reads the field 'weight' of a row, which is not "
+                                                   r"among the columns it declares \('output'\)"):
+        PipelineScores({"name": "WeightedLength"}).columns_for(rows)
