@@ -242,9 +242,9 @@ def model_identity(
 
 def default_device() -> torch.device:
     """This process's accelerator as accelerate sees it (one GPU per rank), else the CPU."""
-    from accelerate import PartialState
+    from hf_adapters.core.processes import process_state
 
-    return PartialState().device
+    return process_state().device
 
 
 def default_dtype(device: torch.device) -> torch.dtype:

@@ -135,13 +135,12 @@ def engines_help() -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from accelerate import PartialState
-
     from hf_adapters.backends.loading import ModelLoadError
+    from hf_adapters.core.processes import process_state
 
     if not args.progress:
         hide_library_progress()
-    state = PartialState()
+    state = process_state()
     try:
         engine, job = planned(args)
     except ValueError as error:

@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, Any
 
 from hf_adapters.core.console import progress_bar
 from hf_adapters.core.options import positive_int
+from hf_adapters.core.processes import process_state
 from hf_adapters.core.scored_rows import ACCELERATOR_SAVE_EVERY, CPU_SAVE_EVERY, default_save_every, device_type_of
 from hf_adapters.engines.base import Engine, ScoringJob
 from hf_adapters.engines.chunks import score_chunk
@@ -130,7 +131,7 @@ class LocalEngine(Engine):
     def run(self, job: ScoringJob) -> JobSummary:
         """Check the output and the scorer, read the rows (process 0 of each node first, filling
         ``datasets``' cache) and score them (:func:`run_scoring_job`); every process returns the summary."""
-        state = _processes()
+        state = process_state()
         job.check_output(parts=PART_FILES)
         scorer = job.build_scorer()
         with state.local_main_process_first():
@@ -227,7 +228,7 @@ def run_scoring_job(
     output = output or OutputFormat()
     output_path = Path(output_path)
     check_output_path(output_path, folder=output.kind == "parquet")
-    state = _processes()
+    state = process_state()
     streaming = is_stream(dataset)
     if streaming and data_fingerprint is None:
         raise ValueError("A stream has no fingerprint: pass `data_fingerprint` (what identifies its data) to make "
@@ -263,7 +264,7 @@ def run_scoring_job(
 
 def _run_locked(dataset: Dataset | IterableDataset, scorer: RowScorer, plan: _Plan, manifest: dict[str, Any],
                 overwrite: bool, started: float) -> JobSummary:
-    state = _processes()
+    state = process_state()
     folder = _work_folder(plan.output_path)
     decision, in_force = _open(folder, manifest, plan.output, overwrite, state)
     if decision == "complete":
@@ -417,7 +418,7 @@ def score_dataset(
     if not isinstance(scorer, RowScorer):
         scorer = build_scorer(scorer)
     if output_path is None:
-        if _processes().num_processes > 1:
+        if process_state().num_processes > 1:
             raise ValueError("Pass `output_path` (on storage every process sees) when running on several processes.")
         scores = add_score_columns(dataset, scorer, names={scorer.outputs[0]: column})[column]
     else:
@@ -467,15 +468,7 @@ def _wait_for_parts(work_dir: Path, world_size: int) -> None:
     markers = [done_marker(work_dir, rank) for rank in range(world_size)]
     while not all(marker.exists() for marker in markers):
         time.sleep(POLL_SECONDS)
-    _processes().wait_for_everyone()
-
-
-def _processes() -> PartialState:
-    """accelerate's state of this process: its rank among the processes ``accelerate launch`` started
-    (the only one without it)."""
-    from accelerate import PartialState
-
-    return PartialState()
+    process_state().wait_for_everyone()
 
 
 def _from_main_process(value: Any, state: PartialState) -> Any:

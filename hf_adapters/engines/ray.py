@@ -152,9 +152,9 @@ class RayEngine(Engine):
     def run(self, job: ScoringJob) -> JobSummary:
         """Refuse what Ray cannot do (:meth:`check`), check the output and the scorer, and score the
         rows on Ray (:func:`run_ray_scoring_job`)."""
-        from accelerate import PartialState
+        from hf_adapters.core.processes import process_state
 
-        self.check(job, PartialState().num_processes)
+        self.check(job, process_state().num_processes)
         if self.file_per_block and job.output_format.kind != "parquet":
             raise ValueError("--file-per-block: only with --output-format parquet (a JSONL output is one file).")
         job.check_output(parts=part_files(job.output_format))

@@ -1,7 +1,7 @@
 """The local engine: output order, the rows' checks, crash-safe resume on any number of processes and
-any batch size, the chunks it saves, and runs under ``accelerate launch`` with 2 CPU processes. Its work
-folder's decisions (resume, refuse, finish): ``test_work_folder.py``; the out-of-memory retries:
-``test_chunks.py``."""
+any batch size, the chunks it saves, and runs as 2 CPU processes (torchrun, which ``accelerate launch``
+runs on GPUs). Its work folder's decisions (resume, refuse, finish): ``test_work_folder.py``; the
+out-of-memory retries: ``test_chunks.py``."""
 
 from __future__ import annotations
 
@@ -182,7 +182,7 @@ def test_score_dataset_adds_a_score_column_in_row_order(tmp_path):
     assert kept.column_names[-1] == "ratio" and len(read_jsonl(tmp_path / "s.jsonl")) == 11
 
 
-# --- Real processes: accelerate launch with 2 CPU processes, and kill -9 ---------------------------------
+# --- Real processes: 2 CPU processes under torchrun, and kill -9 -----------------------------------------
 
 LAUNCHER = """import sys
 sys.path.insert(0, {tests!r})
@@ -219,8 +219,8 @@ def test_two_processes_write_the_same_file_as_one(tmp_path, model, tokenizer):
     finally:
         torch.set_num_threads(threads)
 
-    command = [str(VENV_BIN / "accelerate"), "launch", "--cpu", "--num_processes", "2", "--num_machines", "1",
-               "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "hf_adapters", *args,
+    # torchrun, which `accelerate launch --multi_gpu` runs: `accelerate launch --cpu` starts one process only.
+    command = [str(VENV_BIN / "torchrun"), "--nproc_per_node", "2", "-m", "hf_adapters", *args,
                str(tmp_path / "two.jsonl")]
     done = subprocess.run(command, cwd=REPO, env=run_env(), capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -463,13 +463,12 @@ def test_a_parquet_job_resumed_with_its_columns_reordered_or_kept_writes_the_uni
 
 
 
-# --- Issue 62's review: the choices every process makes, and the job's size the backend is told ----------
+# --- The choices every process makes, and the job's size the backend is told -----------------------------
 
 
 def test_a_process_other_than_0_makes_the_choices_process_0_measured(monkeypatch):
     """Under accelerate, process 0 shares the choices it measured on its first chunk (a broadcast), and every
-    other process makes them before scoring its own chunks. (A unit test: ``accelerate launch --cpu`` starts a
-    single process in this environment, see the launch tests above.)"""
+    other process makes them before scoring its own chunks. (A unit test, with a stand-in for process 1.)"""
     made = []
 
     class Scorer(LengthRatioScorer):
