@@ -58,11 +58,13 @@ def _members(scorer: RowScorer) -> Sequence[RowScorer]:
 
 
 def _recorded(scorer: RowScorer, batch: Mapping[str, list]) -> SharedPasses:
-    """The likelihood calls of scoring ``batch``, recorded with nothing run."""
+    """The likelihood calls of scoring ``batch``, recorded with nothing run: of the members that score
+    with a causal LM's likelihoods (those that may join a score set); a reward model's head values are
+    not likelihood calls, so recording would run them."""
     shared = SharedPasses()
     with shared.recording():
         for member in _members(scorer):
-            if member.runs_model:
+            if member.runs_model and member.joins_score_sets:
                 member.score_batch(batch)
     return shared
 

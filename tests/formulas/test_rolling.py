@@ -137,7 +137,7 @@ def test_stride_needs_the_start_token(model, tokenizer):
 
 def test_the_truncation_warning_points_to_stride(model, tokenizer, caplog):
     compute_perplexity([DOCUMENT], model=model, tokenizer=tokenizer, max_length=16)
-    assert "pass `stride`" in caplog.text
+    assert "Pass `stride`" in caplog.text
 
 
 def test_metric_column_and_config_give_the_same_rolling_perplexities(model, tokenizer, load_calls):
