@@ -489,6 +489,7 @@ def test_a_model_whose_architecture_vllm_does_not_know_is_sent_to_the_backend_th
 
     monkeypatch.setattr(vllm_backend, "_import_vllm", lambda: SimpleNamespace(LLM=refuse))
     monkeypatch.setattr(vllm_backend, "_platform_device", lambda: "cpu")
+    monkeypatch.setattr(vllm_backend, "_ENGINES", {})  # not an engine of an earlier test for the same folder
     other = "reward-model" if reward else "transformers"
     with pytest.raises(VLLMUnavailableError, match=rf"are not supported for now\. Score it with backend='{other}'\.$"):
         VLLMBackend.from_pretrained(folder)
