@@ -89,7 +89,7 @@ endif
 
 # One line before `make test` starts: how long it takes on a quiet 2-core CPU (docs/development.md has the runs),
 # and what it builds first.
-TEST_MINUTES := $(if $(filter 0,$(VLLM_TESTS)),12,$(if $(wildcard $(VLLM_STAMP)),15,18))
+TEST_MINUTES := $(if $(filter 0,$(VLLM_TESTS)),14,$(if $(wildcard $(VLLM_STAMP)),17,21))
 TEST_BUILDS := $(if $(wildcard $(STAMP)),,; .venv is installed first (about 4 minutes more))$(if $(filter \
 	0,$(VLLM_TESTS)),,$(if $(wildcard $(VLLM_STAMP)),,; vLLM's CPU build (3.4 GB) is installed into $(VLLM_VENV) \
 	beside the tests, VLLM_TESTS=0 leaves it and its tests out))
